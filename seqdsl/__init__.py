@@ -1,0 +1,20 @@
+"""seqdsl: a compiler for sequence-mixer architectures.
+
+The static core (parse, IR, passes, check) imports neither torch nor triton:
+
+    >>> import seqdsl
+    >>> loaded = seqdsl.loads("mixer attn { position = rope }")
+    >>> loaded.program.mixer("attn").position.kind
+    'rope'
+"""
+
+from seqdsl.errors import SeqError, SeqFileError, SeqSemanticError, SeqSyntaxError
+from seqdsl.ir.printer import format_module, format_program
+from seqdsl.passes.resolve import Loaded, load, loads, typed_module
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Loaded", "SeqError", "SeqFileError", "SeqSemanticError", "SeqSyntaxError",
+    "format_module", "format_program", "load", "loads", "typed_module", "__version__",
+]

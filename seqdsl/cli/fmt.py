@@ -1,0 +1,52 @@
+"""`seqdsl fmt`: canonical formatting. `--resolved` prints the program with imports and
+inheritance applied (what the backends see); `--write` rewrites files in place, atomically."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+from seqdsl.ir.printer import format_module, format_program
+from seqdsl.passes.resolve import load, read_text, typed_module
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".seq files")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--write", action="store_true", help="rewrite the files in canonical form")
+    mode.add_argument("--check", action="store_true", help="exit 1 if a file is not canonical")
+    mode.add_argument("--resolved", action="store_true",
+                      help="print the resolved program (imports inlined, inheritance applied)")
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def run(args: argparse.Namespace) -> int:
+    changed = 0
+    for raw in args.paths:
+        path = Path(raw)
+        if args.resolved:
+            sys.stdout.write(format_program(load(path).program))
+            continue
+        load(path)  # validate imports and inheritance too, before touching anything
+        text = read_text(path)
+        canonical = format_module(typed_module(text, str(path)))
+        if args.write:
+            if canonical != text:
+                _write_atomic(path, canonical)
+                print(f"reformatted {path}", file=sys.stderr)
+        elif args.check:
+            if canonical != text:
+                print(f"would reformat {path}", file=sys.stderr)
+                changed += 1
+        else:
+            sys.stdout.write(canonical)
+    return 1 if changed else 0

@@ -1,0 +1,59 @@
+"""The `seqdsl` command: parse options, call library functions, print, exit.
+
+Subcommands live in their own modules under seqdsl/cli/ and are imported only when run, so
+`seqdsl check` never pays for torch. Each module exposes `add_arguments(parser)` and
+`run(args) -> int`. User errors (`SeqError`) print one readable message and exit 2; a Python
+traceback reaching the user is a bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from seqdsl.errors import SeqError
+
+# name -> (module, one-line help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "check": ("seqdsl.cli.check", "lint specs against the full-sequence arbitrary selection principle"),
+    "explain": ("seqdsl.cli.explain", "explain a checker rule (e.g. `seqdsl explain V001`)"),
+    "fmt": ("seqdsl.cli.fmt", "print specs in canonical form (or rewrite them with --write)"),
+    "lower": ("seqdsl.cli.lower", "build the PyTorch model of a spec and show the path chosen per layer"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from seqdsl import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="seqdsl", description="A compiler for sequence-mixer architectures (.seq specs).")
+    parser.add_argument("--version", action="version", version=f"seqdsl {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_) in COMMANDS.items():
+        cmd = sub.add_parser(name, help=help_, description=help_)
+        cmd.set_defaults(_module=module)
+        importlib.import_module(module).add_arguments(cmd)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return importlib.import_module(args._module).run(args)
+    except SeqError as err:
+        print(err.render(), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `seqdsl check ... | head`
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
