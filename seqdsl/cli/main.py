@@ -23,7 +23,18 @@ COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _requested(argv: list[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not an option)."""
+    for word in argv:
+        if not word.startswith("-"):
+            return word
+    return None
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The argument parser. Only the subcommand being run (`only`) has its module imported to
+    declare its options: the others are listed by name and help line, so that `seqdsl check`
+    never imports the training or lowering commands (and through them torch)."""
     from seqdsl import __version__
 
     parser = argparse.ArgumentParser(
@@ -33,12 +44,24 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_) in COMMANDS.items():
         cmd = sub.add_parser(name, help=help_, description=help_)
         cmd.set_defaults(_module=module)
-        importlib.import_module(module).add_arguments(cmd)
+        if only is None or name == only:
+            try:
+                importlib.import_module(module).add_arguments(cmd)
+            except ModuleNotFoundError as err:
+                if err.name != module:
+                    raise
+                # A command whose module is not there (yet) must not break the others.
+                raise SeqError(f"`seqdsl {name}` is not available in this installation") from None
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        parser = build_parser(only=_requested(argv) or "")
+    except SeqError as err:
+        print(err.render(), file=sys.stderr)
+        return 2
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):
         parser.print_help()

@@ -224,7 +224,8 @@ class ConstantDecay(Primitive):
     `gamma = auto` uses RetNet's schedule gamma_h = 1 - 2^(-5-h) for head h."""
 
     kind: Literal["constant"] = "constant"
-    gamma: Union[float, Literal["auto"]] = "auto"
+    # Strictly inside (0, 1): gamma = 1 would be no decay, gamma <= 0 or > 1 is not a decay.
+    gamma: Union[Annotated[float, Field(gt=0, lt=1)], Literal["auto"]] = "auto"
 
 
 class DataDependentDecay(Primitive):
@@ -348,10 +349,10 @@ class Mixer(Node):
     (state rows of the recurrent family: Mamba's d_state, GLA's key dimension)."""
 
     name: str
-    heads: Union[int, Auto] = "auto"
+    heads: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
     head_dim: int = Field(64, gt=0)
     expand: int = Field(1, gt=0)
-    key_dim: Union[int, Auto] = "auto"
+    key_dim: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
     position: Position = NoPosition()
     relation: Relation = Dot()
     visibility: Visibility = Full()
@@ -381,7 +382,7 @@ class SwiGLU(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("hidden",)
     kind: Literal["swiglu"] = "swiglu"
-    hidden: Union[int, Auto] = "auto"
+    hidden: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
 
 
 class NoMlp(Primitive):

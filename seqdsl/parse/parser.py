@@ -152,6 +152,7 @@ def _unquote(tok: Token) -> str:
 def parse_text(text: str, path: str = "<string>") -> ast.File:
     """Parse spec text into a syntax tree; raise `SeqSyntaxError` on any malformed input."""
     lines = _Lines(text, path)
+    _check_depth(text, lines)
     try:
         tree = _lark().parse(text)
     except lark.exceptions.UnexpectedInput as err:
@@ -159,6 +160,35 @@ def parse_text(text: str, path: str = "<string>") -> ast.File:
     except lark.exceptions.LarkError as err:  # pragma: no cover - defensive: lark internals
         raise SeqSyntaxError(f"could not parse: {err}", lines.span(1, 1, 1, 2)) from None
     return _ToAst(lines).transform(tree)
+
+
+# Deeper nesting than any spec needs; the tree transformer and the typing pass recurse once per
+# level, so an absurd depth (fuzzed input) would otherwise end in Python's RecursionError.
+MAX_DEPTH = 32
+
+
+def _check_depth(text: str, lines: _Lines) -> None:
+    depth, line, col, in_comment, in_string = 0, 1, 1, False, False
+    for ch in text:
+        if in_comment:
+            in_comment = ch != "\n"
+        elif in_string:
+            in_string = ch not in '"\n'
+        elif ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_string = True
+        elif ch in "{([":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SeqSyntaxError(f"brackets nested more than {MAX_DEPTH} deep",
+                                     lines.span(line, col, line, col + 1), "no spec needs this much nesting")
+        elif ch in "})]":
+            depth = max(depth - 1, 0)
+        if ch == "\n":
+            line, col = line + 1, 1
+        else:
+            col += 1
 
 
 # --- turning lark's errors into the language's own words -----------------------------------------
@@ -207,9 +237,15 @@ def _explain(err: lark.exceptions.UnexpectedInput, text: str, lines: _Lines) -> 
         hint = None
         if ch == "'":
             hint = 'strings use double quotes: "..."'
+        elif ch == '"':
+            hint = 'this string is never closed: end it with `"` on the same line'
         elif ch in "/*+-":
             hint = "the language has no arithmetic: write the resulting number"
-        return SeqSyntaxError(f"unexpected character `{ch}`", span, hint)
+        elif not ch.isascii():
+            hint = "names use ASCII letters, digits and `_`"
+        # Control and other unprintable characters are shown by code point, not raw.
+        shown = f"`{ch}`" if ch.isprintable() and not ch.isspace() else f"U+{ord(ch):04X}"
+        return SeqSyntaxError(f"unexpected character {shown}", span, hint)
 
     token = getattr(err, "token", None)
     expected = set(getattr(err, "expected", None) or getattr(err, "allowed", None) or ())

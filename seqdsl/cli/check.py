@@ -1,0 +1,56 @@
+"""`seqdsl check PATH...`: lint specs against the full-sequence arbitrary selection principle.
+
+Every path is checked, even when an earlier one cannot be read; exit code 2 if any could not
+be read, else 1 if any warning or error was reported, else 0. Text goes to stdout and read
+errors to stderr; `--format json` prints one document for the whole run on stdout.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from seqdsl.check import check_paths
+from seqdsl.check.report import exit_code, format_error, format_summary, format_text, to_json
+
+
+def _codes(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=".seq files or directories")
+    parser.add_argument("--select", type=_codes, action="extend", metavar="CODES",
+                        help="only these rules: codes, prefixes (V, N00) or names, comma-separated")
+    parser.add_argument("--ignore", type=_codes, action="extend", metavar="CODES",
+                        help="skip these rules (same forms as --select); they do not count for verdicts")
+    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--context", type=_positive, metavar="N",
+                        help="judge windows and horizons against N tokens instead of the models' context")
+
+
+def run(args: argparse.Namespace) -> int:
+    reports = check_paths(args.paths, select=args.select, ignore=args.ignore, context=args.context)
+    if args.format == "json":
+        json.dump(to_json(reports), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+        return exit_code(reports)
+    for report in reports:
+        if report.error:
+            print(format_error(report), file=sys.stderr)
+    text = format_text(reports)
+    if text:
+        print(text + "\n")
+    print(format_summary(reports))
+    return exit_code(reports)

@@ -1,0 +1,125 @@
+"""flash-linear-attention (fla) kernels as fast paths for the recurrent family (CUDA only).
+
+Shape legend: B batch, T tokens, H heads, K key dim, V value dim; fla >= 0.5 takes (B, T, H, *)
+like the reference, and states (B, H, K, V) like the reference.
+
+Every op is mapped from the reference's arguments (already scaled q, so fla's scale = 1) and is
+*self-checked* once per (op, dtype, K, V, device) against `chunked_ref`, forward and backward,
+before it is trusted: fla refuses or miscomputes some kernels on some Triton/GPU combinations
+(e.g. gated backward kernels on Hopper with Triton < 3.7.1), and a fast path that is wrong is
+worse than a slow one. A failed check is reported by the caller and the reference runs instead.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir import nodes
+from seqdsl.lower.reference import recurrent as rec_ref
+
+_MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims stay on the reference
+
+
+def op_for(spec: nodes.Mixer) -> tuple[str | None, str]:
+    """(fla op name, "") for a spec fla can run, else (None, why not)."""
+    try:
+        import fla  # noqa: F401
+    except Exception as err:  # ImportError, or fla failing to initialise on this machine
+        return None, f"flash-linear-attention is not importable ({type(err).__name__})"
+    update, decay = spec.update, spec.decay
+    vector = isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "vector"
+    if isinstance(update, nodes.Rwkv7):
+        return "fla.chunk_rwkv7", ""
+    if isinstance(update, nodes.Additive) and update.bonus:
+        return "fla.chunk_rwkv6", ""
+    if isinstance(update, nodes.Additive):
+        return ("fla.chunk_gla", "") if vector else ("fla.chunk_simple_gla", "")
+    if vector:
+        return None, "fla has no delta-rule kernel with a per-channel decay in this mapping"
+    if isinstance(decay, nodes.NoDecay) and not isinstance(spec.position, nodes.Alibi):
+        return "fla.chunk_delta_rule", ""
+    return "fla.chunk_gated_delta_rule", ""
+
+
+def run(op: str, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.mixer.Mixed)."""
+    return _call(op, m.q, m.k, m.v, m.log_decay, m.beta, m.extra.get("bonus"), m.a, m.kappa, S)
+
+
+def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
+    from fla import ops
+
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    common = dict(scale=1.0, initial_state=S, output_final_state=True)
+    if op == "fla.chunk_simple_gla":
+        return ops.simple_gla.chunk_simple_gla(q, k, v, g=log_decay, **common)
+    if op == "fla.chunk_gla":
+        return ops.gla.chunk_gla(q, k, v, g=log_decay, **common)
+    if op == "fla.chunk_rwkv6":
+        w = log_decay if log_decay is None or log_decay.dim() == 4 else log_decay[..., None].expand_as(k)
+        return ops.rwkv6.chunk_rwkv6(q, k, v, w=w.contiguous(), u=bonus, **common)
+    if op == "fla.chunk_delta_rule":
+        return ops.delta_rule.chunk_delta_rule(q, k, v, beta=beta, **common)
+    if op == "fla.chunk_gated_delta_rule":
+        g = log_decay if log_decay is not None else torch.zeros_like(beta)
+        return ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, **common)
+    if op == "fla.chunk_rwkv7":
+        # reference rule (4) in fla's dplr convention: fla's a = -kappa, fla's b = kappa * a
+        return ops.rwkv7.chunk_rwkv7(q, log_decay, k, v, -kappa, kappa * a, **common)
+    raise ValueError(f"unknown fla op {op!r}")
+
+
+def _reference(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
+    update = {"fla.chunk_rwkv7": "rwkv7", "fla.chunk_delta_rule": "delta",
+              "fla.chunk_gated_delta_rule": "delta"}.get(op, "additive")
+    fn = rec_ref.recurrent_ref if update == "rwkv7" else rec_ref.chunked_ref
+    return fn(q, k, v, log_decay=log_decay, beta=beta, update=update, bonus=bonus, a=a, kappa=kappa,
+              initial_state=S)
+
+
+def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, T: int = 80):
+    """Random inputs shaped like a real call (T not a multiple of fla's chunk of 64)."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
+    B, H = 1, 2
+    q, k, v = rnd(B, T, H, K) * K ** -0.5, rnd(B, T, H, K), rnd(B, T, H, V)
+    vector = op in ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
+    log_decay = -torch.rand(B, T, H, *((K,) if vector else ()), generator=g).to(device) * 0.5
+    beta = torch.sigmoid(rnd(B, T, H)) if "delta" in op else None
+    bonus = rnd(H, K) * 0.1 if op == "fla.chunk_rwkv6" else None
+    a = torch.sigmoid(rnd(B, T, H, K)) if op == "fla.chunk_rwkv7" else None
+    kappa = torch.nn.functional.normalize(rnd(B, T, H, K), dim=-1) if a is not None else None
+    if "delta" in op or a is not None:
+        k = torch.nn.functional.normalize(k, dim=-1)
+    S = rnd(B, H, K, V) * 0.1
+    args = [q, k, v, log_decay, beta, bonus, a, kappa, S]
+    return [t.to(dtype) if t is not None else None for t in args]
+
+
+@functools.lru_cache(maxsize=None)
+def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V: int = 64) -> tuple[bool, str]:
+    """(True, "") when `op` matches the reference (outputs, final state, input gradients) on
+    this machine; else (False, what went wrong)."""
+    if min(K, V) < _MIN_DIM:
+        return False, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
+    tol = {torch.float32: 2e-3, torch.bfloat16: 5e-2, torch.float16: 1e-2}.get(dtype, 2e-3)
+    try:
+        args = _inputs(op, K, V, dtype, device)
+        leaves = [t.detach().requires_grad_() if t is not None and t.is_floating_point() else t for t in args]
+        o, S = _call(op, *leaves)
+        (o.float().square().sum() + S.float().square().sum()).backward()
+        got = [o, S] + [t.grad for t in leaves[:3]]
+        ref_leaves = [t.detach().float().requires_grad_() if t is not None else None for t in args]
+        o_r, S_r = _reference(op, *ref_leaves)
+        (o_r.square().sum() + S_r.square().sum()).backward()
+        want = [o_r, S_r] + [t.grad for t in ref_leaves[:3]]
+    except Exception as err:  # the kernel refused to run here: that is the finding
+        return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    for name, x, y in zip(("output", "state", "dq", "dk", "dv"), got, want):
+        err = ((x.float() - y).abs().max() / (y.abs().max() + 1e-6)).item()
+        if not err <= tol:  # also catches nan
+            return False, f"{name} differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+    return True, ""

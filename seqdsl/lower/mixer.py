@@ -1,0 +1,369 @@
+"""Lower a resolved `Mixer` to a `torch.nn.Module`.
+
+Shape legend
+    B batch   T new tokens   L tokens so far (cache + new)   D d_model
+    H heads   Dk key dim (state rows)   Dv head dim (value width)   F feature dim of phi
+
+`MixerModule.forward(x, state)` runs the spec in four stages, numbered as in the code:
+
+    (1) inputs      token shift / causal conv, projections to q, k, v per head
+    (2) relation    keys from content (dot), frozen random, constant, or none (positional);
+                    feature map, qk-norm, position (rope on q and k; alibi as a score bias for
+                    softmax, as extra per-head log decay for the recurrent family)
+    (3) mixing      softmax family: attention / top-k selection over cached keys;
+                    recurrent family: state recurrence with decay and update rule.
+                    The computation itself is done by a *path* (seqdsl.lower.paths): the
+                    reference oracle or a fast kernel, chosen per device and reported.
+    (4) output      per-head norm, output gate, output projection
+
+The mixer is a faithful member of each architecture's family, not a bit-exact port: e.g. Mamba's
+B and C are per-head projections of the token (q and k here), its dt-scaled input is the key
+write. Parameter shapes follow the spec, so specs that differ in one slot differ in one place.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from seqdsl.errors import SeqError
+from seqdsl.ir import nodes
+from seqdsl.lower.reference.attention import alibi_slopes, rope
+from seqdsl.lower.reference.features import feature_dim, feature_map
+
+
+class LoweringError(SeqError):
+    """A spec that parses and type-checks but has no PyTorch meaning."""
+
+
+@dataclass(frozen=True)
+class MixerState:
+    """What a mixer carries from one call to the next while decoding.
+
+    Softmax family: the key/value cache (k, v: B L H D) after rope. Recurrent family: the state
+    S (B H Dk Dv). Both: the last inputs the short convolution and token shift need, and the
+    number of tokens seen (rope and random keys are position-dependent)."""
+
+    pos: int = 0
+    k: Tensor | None = None
+    v: Tensor | None = None
+    S: Tensor | None = None
+    log_decay_cum: Tensor | None = None  # (B, H, L) decayed softmax: cumulative log decay
+    conv: Tensor | None = None  # (B, size-1, C) last pre-conv inputs
+    shift: Tensor | None = None  # (B, D) last token for token shift
+
+
+@dataclass
+class Mixed:
+    """The per-head tensors stage (3) consumes, with everything a path needs to know."""
+
+    q: Tensor  # (B, T, H, F)
+    k: Tensor  # (B, T, H, F)  (B, L, H, F) for the softmax family: cache included
+    v: Tensor  # (B, T, H, Dv)
+    log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, Dk)
+    beta: Tensor | None = None  # (B, T, H)
+    a: Tensor | None = None  # rwkv7 in-context rate (B, T, H, Dk)
+    kappa: Tensor | None = None  # rwkv7 removal key (B, T, H, Dk)
+    bias: Tensor | None = None  # additive score bias, (H, L, L) or (B, H, L, L)
+    extra: dict = field(default_factory=dict)
+
+
+def resolve_heads(mixer: nodes.Mixer, d_model: int) -> tuple[int, int, int]:
+    """(H, Dk, Dv) for this mixer inside a model of width d_model."""
+    Dv = mixer.head_dim
+    H = mixer.heads if mixer.heads != "auto" else (mixer.expand * d_model) // Dv
+    if H < 1:
+        raise LoweringError(f"mixer `{mixer.name}`: expand * d_model = {mixer.expand * d_model} is "
+                            f"smaller than head_dim = {Dv}; no head fits")
+    Dk = mixer.key_dim if mixer.key_dim != "auto" else Dv
+    return H, Dk, Dv
+
+
+def retnet_gammas(heads: int) -> Tensor:
+    """RetNet's per-head decay schedule gamma_h = 1 - 2^(-5-h)."""
+    return 1.0 - torch.pow(2.0, -5.0 - torch.arange(heads, dtype=torch.float64))
+
+
+class MixerModule(nn.Module):
+    def __init__(self, mixer: nodes.Mixer, d_model: int, *, context: int = 2048):
+        super().__init__()
+        self.spec = mixer
+        self.d_model = d_model
+        self.context = context
+        self.H, self.Dk, self.Dv = H, Dk, Dv = resolve_heads(mixer, d_model)
+        rel, sel = mixer.relation, mixer.select
+        self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
+        self.F = feature_dim(self.feature, Dk)
+        self._validate()
+
+        # (1) inputs
+        if isinstance(mixer.conv, nodes.TokenShift):
+            self.shift_mix = nn.Parameter(torch.full((3, d_model), 0.5))
+        self.uses_q = not isinstance(rel, nodes.Positional)
+        self.uses_k = isinstance(rel, nodes.Dot)
+        if self.uses_q:
+            self.q_proj = nn.Linear(d_model, H * Dk, bias=False)
+        if self.uses_k:
+            self.k_proj = nn.Linear(d_model, H * Dk, bias=False)
+        self.v_proj = nn.Linear(d_model, H * Dv, bias=False)
+        if isinstance(mixer.conv, nodes.CausalConv):
+            channels = H * (Dk * (self.uses_q + self.uses_k) + Dv)
+            self.conv_weight = nn.Parameter(torch.randn(channels, mixer.conv.size) / mixer.conv.size)
+
+        # (2) relation
+        if isinstance(rel, nodes.RandomKeys):
+            g = torch.Generator().manual_seed(rel.seed)
+            self.register_buffer("random_keys", torch.randn(context, H, Dk, generator=g) / math.sqrt(Dk))
+        elif isinstance(rel, nodes.ConstKeys):
+            self.const_key = nn.Parameter(torch.randn(H, Dk) / math.sqrt(Dk))
+        elif isinstance(rel, nodes.Positional):
+            self.distance_bias = nn.Parameter(torch.zeros(H, context))
+        if isinstance(rel, nodes.Dot) and rel.qk_norm:
+            self.q_norm = nn.RMSNorm(Dk, elementwise_affine=True)
+            self.k_norm = nn.RMSNorm(Dk, elementwise_affine=True)
+        if isinstance(mixer.position, nodes.Alibi):
+            self.register_buffer("alibi", alibi_slopes(H), persistent=False)
+
+        # (3) mixing parameters of the recurrent family
+        decay = mixer.decay
+        if isinstance(decay, nodes.ConstantDecay):
+            gammas = retnet_gammas(H) if decay.gamma == "auto" else torch.full((H,), float(decay.gamma))
+            self.register_buffer("const_log_decay", gammas.log().float(), persistent=False)
+        elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
+            # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
+            self.dt_proj = nn.Linear(d_model, H, bias=True)
+            self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, H)))
+        elif isinstance(decay, nodes.DataDependentDecay):
+            # GLA: log a_t = logsigmoid(W2 W1 x_t) / 16, a low-rank per-channel gate
+            self.decay_down = nn.Linear(d_model, 16, bias=False)
+            self.decay_up = nn.Linear(16, H * Dk, bias=True)
+        update = mixer.update
+        if isinstance(update, nodes.Delta):
+            self.beta_proj = nn.Linear(d_model, H, bias=True)
+        elif isinstance(update, nodes.Additive) and update.bonus:
+            self.bonus = nn.Parameter(torch.zeros(H, Dk))
+        elif isinstance(update, nodes.Rwkv7):
+            self.a_proj = nn.Linear(d_model, H * Dk, bias=True)
+
+        # (4) output
+        if isinstance(mixer.norm, nodes.RmsNorm):
+            self.out_norm = nn.RMSNorm(Dv)
+        elif isinstance(mixer.norm, nodes.GroupNorm):
+            self.out_norm = nn.GroupNorm(H, H * Dv)
+        if not isinstance(mixer.gate, nodes.NoGate):
+            self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
+        self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
+
+        from seqdsl.lower.paths import PathChooser
+
+        self.paths = PathChooser(self)
+
+    # --- validation --------------------------------------------------------------------------------
+
+    def _validate(self) -> None:
+        m, name = self.spec, self.spec.name
+        softmax = isinstance(m.weights, nodes.Softmax)
+        problems = []
+        if isinstance(m.select, nodes.Top) and not softmax:
+            problems.append("top-k selection needs softmax weights")
+        if softmax and not (isinstance(m.update, nodes.Additive) and not m.update.bonus):
+            problems.append(f"update `{m.update.kind}` belongs to the recurrent family (linear weights)")
+        if softmax and isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity == "vector":
+            problems.append("a per-channel decay cannot act on softmax scores; use data_dependent(scalar)")
+        if not softmax and isinstance(m.relation, nodes.Positional):
+            problems.append("a positional-only relation needs softmax weights")
+        if not softmax and not isinstance(m.visibility, nodes.Full):
+            problems.append("the recurrent family runs with full visibility; windows need softmax weights")
+        if isinstance(m.weights, nodes.NormalizedLinear) and self.feature in ("identity", "taylor"):
+            pass  # taylor features are positive-definite in sum; identity is the user's choice
+        if problems:
+            raise LoweringError(f"mixer `{name}` cannot be lowered: " + "; ".join(problems))
+
+    # --- (1) inputs --------------------------------------------------------------------------------
+
+    def _shifted(self, x: Tensor, state: MixerState) -> tuple[list[Tensor], Tensor | None]:
+        """Per-projection inputs; token shift mixes each token with the previous one."""
+        if not hasattr(self, "shift_mix"):
+            return [x, x, x], None
+        prev = state.shift if state.shift is not None else torch.zeros_like(x[:, 0])
+        x_prev = torch.cat([prev[:, None], x[:, :-1]], dim=1)
+        mixed = [x + (x_prev - x) * mu for mu in self.shift_mix]
+        return mixed, x[:, -1]
+
+    def _conv(self, u: Tensor, state: MixerState) -> tuple[Tensor, Tensor | None]:
+        """Depthwise causal conv over time, with the last size-1 inputs carried across calls."""
+        if not hasattr(self, "conv_weight"):
+            return u, None
+        size = self.conv_weight.shape[1]
+        B, T, C = u.shape
+        past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
+        full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
+        out = F.conv1d(full.transpose(1, 2), self.conv_weight[:, None, :], groups=C).transpose(1, 2)
+        return F.silu(out), full[:, full.shape[1] - (size - 1):]
+
+    # --- forward -----------------------------------------------------------------------------------
+
+    def forward(self, x: Tensor, state: MixerState | None = None) -> tuple[Tensor, MixerState]:
+        state = state or MixerState()
+        B, T, _ = x.shape
+        H, Dk, Dv = self.H, self.Dk, self.Dv
+        pos = state.pos
+        if pos + T > self.context and (hasattr(self, "random_keys") or hasattr(self, "distance_bias")):
+            raise LoweringError(f"mixer `{self.spec.name}` has per-position parameters for "
+                                f"{self.context} tokens; got position {pos + T}")
+
+        # (1) inputs: shift, project, convolve
+        (xq, xk, xv), shift = self._shifted(x, state)
+        parts = []
+        if self.uses_q:
+            parts.append(self.q_proj(xq))
+        if self.uses_k:
+            parts.append(self.k_proj(xk))
+        parts.append(self.v_proj(xv))
+        widths = [p.shape[-1] for p in parts]
+        fused, conv_state = self._conv(torch.cat(parts, dim=-1), state)
+        parts = list(fused.split(widths, dim=-1))
+        v = parts.pop().view(B, T, H, Dv)
+        q = parts.pop(0).view(B, T, H, Dk) if self.uses_q else x.new_zeros(B, T, H, Dk)
+
+        # (2) relation: where the keys come from, then norm, position and feature map
+        if self.uses_k:
+            k = parts.pop(0).view(B, T, H, Dk)
+        elif hasattr(self, "random_keys"):
+            k = self.random_keys[pos:pos + T].to(x.dtype).expand(B, T, H, Dk)
+        elif hasattr(self, "const_key"):
+            k = self.const_key.to(x.dtype).expand(B, T, H, Dk)
+        else:
+            k = x.new_zeros(B, T, H, Dk)
+        if hasattr(self, "q_norm"):
+            q, k = self.q_norm(q), self.k_norm(k)
+        if isinstance(self.spec.position, nodes.Rope):
+            q = rope(q, self.spec.position.base, offset=pos)
+            k = rope(k, self.spec.position.base, offset=pos)
+        q, k = self._features(q, k)
+
+        # (3) mixing, through the chosen path
+        if self.spec.is_recurrent:
+            mixed = self._recurrent_inputs(x, q, k, v)
+            o, S = self.paths.recurrent(mixed, state.S)
+            new_state = replace(state, S=S)
+        else:
+            k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
+            v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
+            bias, cum = self._score_bias(x, state, k_all.shape[1])
+            mixed = Mixed(q=q, k=k_all, v=v_all, bias=bias)
+            o = self.paths.softmax(mixed, pos)
+            new_state = replace(state, k=k_all, v=v_all, log_decay_cum=cum)
+
+        # (4) output: norm, gate, projection
+        o = self._output(o, x)
+        new_state = replace(new_state, pos=pos + T, conv=conv_state, shift=shift)
+        return o, new_state
+
+    def _features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
+        rel = self.spec.relation
+        scale = rel.scale if isinstance(rel, nodes.Dot) else "auto"
+        if self.feature == "identity":
+            return q, k  # the path applies scale (auto: 1/sqrt(Dk)) to the scores
+        if self.feature == "taylor" and scale == "auto":
+            # Based: q and k scaled by Dk^(-1/4) so the expansion approximates exp(q.k/sqrt(Dk))
+            q, k = q * self.Dk ** -0.25, k * self.Dk ** -0.25
+        elif scale != "auto":
+            q = q * scale
+        return feature_map(q, self.feature), feature_map(k, self.feature)
+
+    def score_scale(self) -> float:
+        """The factor on q.k the path applies (1 when the feature map took care of it)."""
+        rel = self.spec.relation
+        if self.feature != "identity":
+            return 1.0
+        if isinstance(rel, nodes.Dot) and rel.scale != "auto":
+            return float(rel.scale)
+        return 1.0 / math.sqrt(self.Dk)
+
+    def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
+        """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,
+        and the cumulative log decay to carry. Rows/columns cover all L positions; the path uses
+        the last T rows."""
+        bias, cum = None, None
+        if hasattr(self, "distance_bias"):
+            i = torch.arange(L, device=x.device)
+            dist = (i[:, None] - i[None, :]).clamp(min=0)
+            bias = self.distance_bias[:, dist]  # (H, L, L)
+        decay = self.spec.decay
+        if not isinstance(decay, nodes.NoDecay):
+            # score bias sum_{j < s <= i} log a_s = cum_i - cum_j, from cumulative sums that
+            # continue those of earlier calls
+            new = self._log_decay(x).transpose(1, 2).cumsum(dim=-1)  # (B, H, T)
+            past = state.log_decay_cum
+            cum = new if past is None else torch.cat([past, past[..., -1:] + new], dim=-1)
+            decay_bias = cum[..., :, None] - cum[..., None, :]
+            bias = decay_bias if bias is None else bias + decay_bias
+        return bias, cum
+
+    # --- the recurrent family ------------------------------------------------------------------------
+
+    def _log_decay(self, x: Tensor) -> Tensor | None:
+        """(B, T, H) or (B, T, H, Dk) log decays, all <= 0, or None for no decay."""
+        B, T, _ = x.shape
+        decay = self.spec.decay
+        if isinstance(decay, nodes.ConstantDecay):
+            return self.const_log_decay.to(x.dtype).expand(B, T, self.H)
+        if hasattr(self, "dt_proj"):
+            return -torch.exp(self.A_log) * F.softplus(self.dt_proj(x))
+        if hasattr(self, "decay_up"):
+            return F.logsigmoid(self.decay_up(self.decay_down(x))).view(B, T, self.H, self.Dk) / 16.0
+        return None
+
+    def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Mixed:
+        B, T, _ = x.shape
+        log_decay = self._log_decay(x)
+        if hasattr(self, "alibi"):
+            # ALiBi's -m*(i-j) score penalty, in a recurrence, is an extra constant decay e^-m
+            alibi = (-self.alibi).to(x.dtype).view(1, 1, self.H)
+            if log_decay is None:
+                log_decay = alibi.expand(B, T, self.H)
+            elif log_decay.dim() == 3:
+                log_decay = log_decay + alibi
+            else:
+                log_decay = log_decay + alibi[..., None]
+        q = q * self.score_scale()
+        mixed = Mixed(q=q, k=k, v=v, log_decay=log_decay)
+        update = self.spec.update
+        if isinstance(update, nodes.Delta):
+            # delta rules need unit-norm keys so that (I - beta k k^T) is a contraction
+            mixed.k = F.normalize(k, dim=-1)
+            mixed.q = F.normalize(q, dim=-1)
+            mixed.beta = torch.sigmoid(self.beta_proj(x))
+        elif isinstance(update, nodes.Rwkv7):
+            mixed.a = torch.sigmoid(self.a_proj(x)).view(B, T, self.H, self.Dk)
+            mixed.kappa = F.normalize(k, dim=-1)
+        elif hasattr(self, "bonus"):
+            mixed.extra["bonus"] = self.bonus
+        if isinstance(self.spec.weights, nodes.NormalizedLinear):
+            # carry the normaliser z_t = sum_j decay * phi(k_j) as an extra value column of ones
+            mixed.v = torch.cat([v, v.new_ones(B, T, self.H, 1)], dim=-1)
+            mixed.extra["normalize"] = True
+        return mixed
+
+    # --- (4) output --------------------------------------------------------------------------------
+
+    def _output(self, o: Tensor, x: Tensor) -> Tensor:
+        B, T = x.shape[:2]
+        if isinstance(self.spec.weights, nodes.NormalizedLinear):
+            o = o[..., :-1] / (o[..., -1:] + 1e-6)  # eps: phi(q).z can be 0 for relu features
+        if isinstance(self.spec.norm, nodes.RmsNorm):
+            o = self.out_norm(o)
+        o = o.reshape(B, T, self.H * self.Dv)
+        if isinstance(self.spec.norm, nodes.GroupNorm):
+            o = self.out_norm(o.reshape(B * T, -1)).view(B, T, -1)
+        gate = self.spec.gate
+        if isinstance(gate, nodes.SwishGate):
+            o = o * F.silu(self.gate_proj(x))
+        elif isinstance(gate, nodes.SigmoidGate):
+            o = o * torch.sigmoid(self.gate_proj(x))
+        return self.o_proj(o)

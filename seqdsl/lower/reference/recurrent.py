@@ -1,0 +1,265 @@
+"""Reference (oracle) for the recurrent / linear-weights family, in three equal forms.
+
+Shape legend
+    B  batch     T  sequence length     H  heads     Dk  key (state row) dim     Dv  value dim
+    q, k             (B, T, H, Dk)     already feature-mapped and scaled by the caller
+    v                (B, T, H, Dv)     Dv may be 1 (Mamba-1: one head per channel)
+    log_decay        (B, T, H) one scalar per head, or (B, T, H, Dk) one per key channel
+    beta             (B, T, H)         delta-rule writing strength
+    bonus            (H, Dk)           RWKV-6's u
+    a, kappa         (B, T, H, Dk)     RWKV-7's in-context rate and removal key
+    state S          (B, H, Dk, Dv)    output o  (B, T, H, Dv)
+    inside: head-first (B, H, T, D); chunked: (B, H, N, C, D), N chunks of C steps
+
+The math, numbered as in the code. decay_t = exp(log_decay_t) scales the rows of S (a scalar
+decay scales all rows alike); the log form keeps decay exactly in (0, 1] and turns products of
+decays into sums, which the chunked and parallel forms need.
+
+    (1) additive   S_t = decay_t S_(t-1) + k_t v_t^T                    o_t = q_t^T S_t
+        linear attention and Based (no decay), RetNet (constant), Mamba-2 / simple GLA (scalar),
+        GLA and Mamba-1 (vector).
+    (2) bonus      o_t = q_t^T (S_(t-1) + diag(u) k_t v_t^T)            S_t as in (1)
+        RWKV-6. As in fla's `naive_recurrent_rwkv6`, the output reads the state *before* step t's
+        decay is applied: token j < t reaches o_t through decay_(j+1) ... decay_(t-1), one decay
+        fewer than in (1), and token t itself only through the bonus u.
+    (3) delta      S'_t = decay_t S_(t-1)
+                   S_t  = S'_t + beta_t k_t (v_t - S'_t^T k_t)^T = (I - beta_t k_t k_t^T) S'_t
+                          + beta_t k_t v_t^T                            o_t = q_t^T S_t
+        DeltaNet (no decay), Gated DeltaNet (scalar decay); k is L2-normalised by the caller.
+    (4) rwkv7      S_t = decay_t S_(t-1) - (a_t * kappa_t) (kappa_t^T S_(t-1)) + k_t v_t^T
+                                                                        o_t = q_t^T S_t
+        RWKV-7's generalised delta rule, written in this file's (Dk, Dv) state layout: RWKV-7's
+        paper writes wkv_t = wkv_(t-1) (diag(w_t) - kappa_t^T (a_t * kappa_t)) + v_t^T k_t for the
+        transposed (Dv, Dk) state. Both the decay and the removal act on S_(t-1). In fla's dplr
+        convention S_t = exp(gk_t) S_(t-1) + b_t (a_t^T S_(t-1)) + k_t v_t^T (`dplr_recurrence`,
+        `chunk_rwkv7`, `fused_recurrent_rwkv7`) this is gk = log_decay, fla's a = -kappa and fla's
+        b = kappa * a, exactly what fla's RWKV7 layer passes (`a=-kk, b=kk * a`). Below,
+        read = -kappa (how the state is read) and write = kappa * a (where it is written back).
+
+Forms: `recurrent_ref` is the step-by-step loop, the definition. `chunked_ref` splits time into
+chunks of C steps: inside a chunk everything is a decay-masked (C, C) matrix product, across
+chunks only the state travels (the delta and rwkv7 rules first solve a unit-triangular system per
+chunk: the WY / UT transform of the DeltaNet paper). `parallel_ref` (rule (1) only) is the
+quadratic form o = (Q K^T . D) V. All three take an initial state and return the final one, so
+running two halves with the state carried equals running the whole.
+
+Numerics: every exp below is taken of a sum of log decays (each <= 0) over a run of steps,
+so every exponent is <= 0 and nothing overflows, whatever the sequence length. (Folding decays
+into q * exp(G) and k * exp(-G) would overflow once the cumulative log decay passes the dtype's
+exp range: ~88 in float32, ~709 in float64.) The price is a (C, C, Dk) tensor per chunk for
+vector decay, (T, T, Dk) in `parallel_ref`: these are oracles, not fast paths.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+UpdateKind = Literal["additive", "delta", "rwkv7"]
+UPDATES: tuple[str, ...] = ("additive", "delta", "rwkv7")
+
+
+def _scores(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, *, strict: bool) -> Tensor:
+    """A[..., i, j] = sum_d x_id y_jd exp(gx_id - gy_jd) for j <= i (j < i if strict), else 0.
+
+    x, y (..., C, D); gx, gy (..., C, D) or (..., C, 1) cumulative log decays. The mask is applied
+    to the exponent (-inf) before exp, so the excluded entries, whose exponent may be positive and
+    huge, never reach exp: no overflow, and no inf * 0 = NaN in the backward pass."""
+    C = x.shape[-2]
+    i = torch.arange(C, device=x.device)[:, None]
+    j = torch.arange(C, device=x.device)[None, :]
+    keep = j < i if strict else j <= i
+    diff = gx.unsqueeze(-2) - gy.unsqueeze(-3)  # (..., i, j, D or 1)
+    decay = diff.masked_fill(~keep[..., None], float("-inf")).exp()
+    if decay.shape[-1] == 1:  # scalar decay factors out of the dot product
+        return (x @ y.transpose(-1, -2)) * decay.squeeze(-1)
+    return torch.einsum("...id,...jd,...ijd->...ij", x, y, decay)
+
+
+def _prepare(q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state):
+    """Check arguments against the rule; return head-first tensors.
+
+    Returns q, k (B, H, T, Dk), v (B, H, T, Dv), g (B, H, T, Dk or 1) log decay (zeros when
+    None), beta (B, H, T, 1) or None, read, write (B, H, T, Dk) or None, S0 (B, H, Dk, Dv)."""
+    if update not in UPDATES:
+        raise ValueError(f"unknown update rule {update!r}; expected one of {UPDATES}")
+    if q.ndim != 4 or k.shape != q.shape or v.shape[:3] != q.shape[:3]:
+        raise ValueError(f"expected q, k (B, T, H, Dk) and v (B, T, H, Dv); got "
+                         f"{tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    B, T, H, Dk = q.shape
+    Dv = v.shape[-1]
+    if bonus is not None and update != "additive":
+        raise ValueError("bonus (RWKV-6's u) belongs to the additive rule")
+    if (beta is None) != (update != "delta"):
+        raise ValueError("beta is required by, and only by, the delta rule")
+    if ((a is None) or (kappa is None)) != (update != "rwkv7") or (a is None) != (kappa is None):
+        raise ValueError("a and kappa are required by, and only by, the rwkv7 rule")
+    head_first = lambda x: x.transpose(1, 2)  # (B, T, H, ...) -> (B, H, T, ...)
+    if log_decay is None:
+        g = q.new_zeros(B, H, T, 1)  # decay 1: nothing is forgotten
+    elif log_decay.shape == (B, T, H):
+        g = head_first(log_decay).unsqueeze(-1)
+    elif log_decay.shape == (B, T, H, Dk):
+        g = head_first(log_decay)
+    else:
+        raise ValueError(f"log_decay must be (B, T, H) or (B, T, H, Dk); "
+                         f"got {tuple(log_decay.shape)}")
+    if beta is not None:
+        beta = head_first(beta).unsqueeze(-1)
+    read = write = None
+    if update == "rwkv7":
+        read, write = head_first(-kappa), head_first(kappa * a)  # fla's dplr a and b, see (4)
+    if initial_state is None:
+        S0 = q.new_zeros(B, H, Dk, Dv)
+    elif initial_state.shape == (B, H, Dk, Dv):
+        S0 = initial_state.to(q.dtype)
+    else:
+        raise ValueError(f"initial_state must be (B, H, Dk, Dv); got {tuple(initial_state.shape)}")
+    return head_first(q), head_first(k), head_first(v), g, beta, read, write, S0
+
+
+def recurrent_ref(
+    q: Tensor, k: Tensor, v: Tensor, *,
+    log_decay: Tensor | None = None,
+    beta: Tensor | None = None,
+    update: UpdateKind = "additive",
+    bonus: Tensor | None = None,
+    a: Tensor | None = None,
+    kappa: Tensor | None = None,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The definition: one step at a time. Returns (o (B, T, H, Dv), final state (B, H, Dk, Dv)).
+
+    update = "additive" (rule (1), or (2) with `bonus`), "delta" (rule (3), needs `beta`) or
+    "rwkv7" (rule (4), needs `a`, `kappa` and normally a vector `log_decay`)."""
+    q, k, v, g, beta, read, write, S = _prepare(
+        q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state)
+    outer = lambda x, y: x.unsqueeze(-1) * y.unsqueeze(-2)  # (B,H,Dk) x (B,H,Dv) -> (B,H,Dk,Dv)
+    read_out = lambda x, S: torch.einsum("bhk,bhkv->bhv", x, S)  # x^T S
+    outs = []
+    for t in range(q.shape[2]):
+        q_t, k_t, v_t = q[:, :, t], k[:, :, t], v[:, :, t]
+        decay_t = g[:, :, t].exp().unsqueeze(-1)  # (B, H, Dk or 1, 1): scales the rows of S
+        if update == "additive" and bonus is None:
+            S = decay_t * S + outer(k_t, v_t)  # (1)
+            outs.append(read_out(q_t, S))
+        elif update == "additive":
+            # (2) read S_(t-1) plus the current token through the bonus, then decay and write.
+            outs.append(read_out(q_t, S + outer(bonus * k_t, v_t)))
+            S = decay_t * S + outer(k_t, v_t)
+        elif update == "delta":
+            S = decay_t * S  # (3) S'_t
+            u_t = beta[:, :, t] * (v_t - read_out(k_t, S))  # what S'_t mispredicts for k_t
+            S = S + outer(k_t, u_t)
+            outs.append(read_out(q_t, S))
+        else:
+            # (4) the removal reads S_(t-1), before the decay: both act on the previous state.
+            removed = outer(write[:, :, t], read_out(read[:, :, t], S))
+            S = decay_t * S + removed + outer(k_t, v_t)
+            outs.append(read_out(q_t, S))
+    return torch.stack(outs, dim=1), S
+
+
+def chunked_ref(
+    q: Tensor, k: Tensor, v: Tensor, *,
+    log_decay: Tensor | None = None,
+    beta: Tensor | None = None,
+    update: UpdateKind = "additive",
+    bonus: Tensor | None = None,
+    a: Tensor | None = None,
+    kappa: Tensor | None = None,
+    initial_state: Tensor | None = None,
+    chunk_size: int = 64,
+) -> tuple[Tensor, Tensor]:
+    """Chunk-parallel form of `recurrent_ref`, same arguments and results; any chunk_size >= 1.
+
+    Within chunk n, with G_i = sum of log decays of the chunk's steps up to and including i and
+    Gx_i = G_i - g_i (up to i - 1), S0 the state entering the chunk:
+      (C1) intra-chunk scores, all chunks at once: A_ij = q_i . (k_j * exp(G_i - G_j)), j <= i;
+      (C2) delta / rwkv7: the values actually written, u = U0 -/+ W S0, from one unit-triangular
+           solve per chunk (the WY / UT transform);
+      (C3) o = (q * exp(G)) S0 + A v  (+ the rule's u terms);
+      (C4) S_next = exp(G_last) S0 + (k * exp(G_last - G))^T v  (+ the rule's u terms)."""
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    q, k, v, g, beta, read, write, S = _prepare(
+        q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state)
+    B, H, T, _ = q.shape
+    C = chunk_size
+    N = -(-T // C)
+    # (C0) pad T up to N * C with zeros. A padded step has k = v = 0, log decay 0 (decay 1),
+    # beta = 0 and read = write = 0, so it leaves the state unchanged; its outputs are dropped.
+    split = lambda x: None if x is None else torch.nn.functional.pad(
+        x, (0, 0, 0, N * C - T)).unflatten(2, (N, C))  # (B, H, T, D) -> (B, H, N, C, D)
+    q, k, v, g, beta, read, write = map(split, (q, k, v, g, beta, read, write))
+    G = g.cumsum(-2)
+    Gx = G - g
+    G_last = G[..., -1:, :]  # (B, H, N, 1, Dk or 1)
+    k_out = k * (G_last - G).exp()  # k_j's path to the end of its chunk
+    eye = torch.eye(C, dtype=q.dtype, device=q.device)
+
+    # (C1) intra-chunk scores, and the query's view of the chunk's initial state.
+    if bonus is None:
+        A_qk, q_in = _scores(q, k, G, G, strict=False), q * G.exp()
+    else:
+        # (2): strictly earlier keys with one decay fewer, plus the diagonal through the bonus.
+        own = (q * bonus[:, None, None, :] * k).sum(-1)  # (B, H, N, C)
+        A_qk, q_in = _scores(q, k, Gx, G, strict=True) + torch.diag_embed(own), q * Gx.exp()
+
+    # (C2) the written values. delta: u_t = beta_t (v_t - k_t^T S'_t); expanding S'_t over the
+    # chunk gives (I + A) u = beta (v - (k * exp(G)) S0), A_tj = beta_t k_t . (k_j exp(G_t - G_j))
+    # for j < t. rwkv7: u_t = read_t^T S_(t-1) gives (I - A_rw) u = A_rk v + (read * exp(Gx)) S0.
+    # Solving once for U0 and W (S0 enters linearly) leaves only u = U0 -/+ W S0 per chunk.
+    if update == "delta":
+        lhs = eye + beta * _scores(k, k, G, G, strict=True)
+        U0 = torch.linalg.solve_triangular(lhs, beta * v, upper=False, unitriangular=True)
+        W = torch.linalg.solve_triangular(lhs, beta * k * G.exp(), upper=False, unitriangular=True)
+    elif update == "rwkv7":
+        lhs = eye - _scores(read, write, Gx, G, strict=True)
+        A_rk = _scores(read, k, Gx, G, strict=True)
+        U0 = torch.linalg.solve_triangular(lhs, A_rk @ v, upper=False, unitriangular=True)
+        W = torch.linalg.solve_triangular(lhs, read * Gx.exp(), upper=False, unitriangular=True)
+        A_qw = _scores(q, write, G, G, strict=False)
+        write_out = write * (G_last - G).exp()
+
+    # (C3, C4) inter-chunk: only the state travels from chunk to chunk.
+    outs = []
+    for n in range(N):
+        decay_n = G_last[:, :, n].exp().transpose(-1, -2)  # (B, H, Dk or 1, 1)
+        inter = q_in[:, :, n] @ S
+        if update == "additive":
+            outs.append(inter + A_qk[:, :, n] @ v[:, :, n])
+            S = decay_n * S + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
+        elif update == "delta":
+            u = U0[:, :, n] - W[:, :, n] @ S
+            outs.append(inter + A_qk[:, :, n] @ u)
+            S = decay_n * S + k_out[:, :, n].transpose(-1, -2) @ u
+        else:
+            u = U0[:, :, n] + W[:, :, n] @ S
+            outs.append(inter + A_qk[:, :, n] @ v[:, :, n] + A_qw[:, :, n] @ u)
+            S = (decay_n * S + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
+                 + write_out[:, :, n].transpose(-1, -2) @ u)
+    o = torch.stack(outs, dim=2).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
+    return o.transpose(1, 2), S
+
+
+def parallel_ref(
+    q: Tensor, k: Tensor, v: Tensor, *,
+    log_decay: Tensor | None = None,
+    initial_state: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Quadratic form of rule (1): o = (Q K^T . D) V, D_ij = prod_{j < s <= i} decay_s for j <= i.
+
+    For vector decay D carries a key-channel axis, A_ij = sum_d q_id k_jd D_ijd; it is built from
+    differences of cumulative log decays (never by folding exp(+-G) into q and k, which overflows),
+    so it costs (B, H, T, T, Dk) memory. Returns (o (B, T, H, Dv), final state (B, H, Dk, Dv))."""
+    q, k, v, g, _, _, _, S0 = _prepare(
+        q, k, v, log_decay, None, "additive", None, None, None, initial_state)
+    G = g.cumsum(-2)  # (P1) G_i = sum_{s <= i} log decay_s, so log D_ij = G_i - G_j
+    G_last = G[..., -1:, :]
+    A = _scores(q, k, G, G, strict=False)  # (P2) A_ij = q_i . (k_j * D_ij), causal
+    o = A @ v + (q * G.exp()) @ S0  # (P3) plus the initial state, decayed up to step i
+    S = G_last.exp().transpose(-1, -2) * S0 + (k * (G_last - G).exp()).transpose(-1, -2) @ v
+    return o.transpose(1, 2), S
