@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Sequence
 
-# Importing the rule families registers their rules.
-from seqdsl.check import distribution, model, relation, visibility, wellformed  # noqa: F401
+# Importing the rule families registers their rules, in pillar order V, R, N, W, M.
+from seqdsl.check import visibility, relation, distribution, wellformed  # noqa: F401  # isort: skip
+from seqdsl.check import model as _model_rules  # noqa: F401
 from seqdsl.check.registry import (PAPER_CONTEXT, Diagnostic, MixerContext, ModelContext, Rule,
                                    active_rules, ordered)
 from seqdsl.errors import SeqError
@@ -59,7 +60,7 @@ class SpecReport:
         return [d for d in self.diagnostics if d.severity != "info"]
 
 
-def _context_of(mixer: nodes.Mixer, models: Sequence[nodes.Model], override: int | None):
+def _context_of(models: Sequence[nodes.Model], override: int | None) -> tuple[int, str]:
     if override is not None:
         return override, "--context"
     if models:
@@ -90,7 +91,7 @@ def check_program(loaded: Loaded, select: Iterable[str] | None = None,
     report = SpecReport(path=loaded.path, verdict="pass")
     for mixer in mixers:
         users = tuple(m for m in program.models if mixer.name in m.mixer)
-        length, source = _context_of(mixer, users, context)
+        length, source = _context_of(users, context)
         ctx = MixerContext(mixer, program, loaded.sources, length, source, users)
         found = [d for r in rules if r.scope == "mixer" for d in _run(r, ctx)]
         report.mixers[mixer.name] = mixer_verdict(found)

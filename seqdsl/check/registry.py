@@ -68,7 +68,7 @@ class Rule:
     name: str
     pillar: str
     severity: str
-    func: Callable[..., Iterable[Finding]]
+    func: "RuleFunc"
 
     @property
     def scope(self) -> str:
@@ -131,14 +131,16 @@ def _matches(selector: str, r: Rule) -> bool:
 def active_rules(select: Iterable[str] | None = None, ignore: Iterable[str] | None = None) -> list[Rule]:
     """Rules left after `--select` (codes, code prefixes such as `V` or `V00`, or names) and
     `--ignore`. A selector that matches no rule is an error, not a silent no-op."""
-    for selector in list(select or ()) + list(ignore or ()):
+    select = None if select is None else list(select)
+    ignore = list(ignore or ())
+    for selector in (select or []) + ignore:
         if not any(_matches(selector, r) for r in RULES.values()):
             names = list(RULES) + [r.name for r in RULES.values()]
             hint = did_you_mean(selector.upper(), RULES) or did_you_mean(selector, names)
             raise SeqError(f"`{selector}` matches no rule", None,
                            hint or "select by code (`V001`), prefix (`V`, `N00`) or name (`finite-window`)")
     chosen = [r for r in ordered() if select is None or any(_matches(s, r) for s in select)]
-    return [r for r in chosen if not any(_matches(s, r) for s in ignore or ())]
+    return [r for r in chosen if not any(_matches(s, r) for s in ignore)]
 
 
 # --- what a rule sees ----------------------------------------------------------------------------
@@ -205,8 +207,8 @@ class ModelContext:
         return self.sources.get("model", self.model.name, *path)
 
 
-Context = Union[MixerContext, ModelContext]
-RuleFunc = Callable[[Context], Iterator[Finding]]
+# What a rule function takes and yields.
+RuleFunc = Callable[[Union[MixerContext, ModelContext]], Iterator[Finding]]
 
 
 def percent(part: float, whole: float) -> str:

@@ -49,7 +49,8 @@ def display_path(path: str) -> str:
 
 def format_diagnostic(d: Diagnostic, spec_path: str) -> str:
     s = d.span
-    where = f"{display_path(s.file)}:{s.line}:{s.column}: " if s else f"{spec_path}: "
+    shown = (s.file if s.file == spec_path else display_path(s.file)) if s else spec_path
+    where = f"{shown}:{s.line}:{s.column}: " if s else f"{spec_path}: "
     lines = [f"{where}{d.code} [{d.pillar} {d.severity}] {d.name}: {d.message}"]
     if d.span:
         snippet = render_snippet(d.span)

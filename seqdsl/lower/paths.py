@@ -19,7 +19,9 @@ Paths:
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps and for rwkv7)
 
-`set_path(module, "reference")` forces the oracle everywhere (tests, debugging).
+`set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
+"reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
+environment variable SEQDSL_PATH does the same for every mixer built afterwards.
 """
 
 from __future__ import annotations
@@ -108,7 +110,7 @@ def _plan_softmax(module, device: torch.device, force: str | None) -> tuple[str,
     if isinstance(spec.select, nodes.Top):
         what = "element" if isinstance(spec.select.over, nodes.Element) else "chunk"
         return "reference", f"top-{spec.select.k} {what} selection: reference (no fused kernel yet)"
-    if force == "reference":
+    if force is not None and force.startswith("reference"):
         return "reference", "forced"
     needs_mask = (not isinstance(spec.visibility, nodes.Full) or isinstance(spec.position, nodes.Alibi)
                   or not isinstance(spec.decay, nodes.NoDecay) or isinstance(spec.relation, nodes.Positional))
@@ -119,6 +121,8 @@ def _plan_softmax(module, device: torch.device, force: str | None) -> tuple[str,
 
 def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[str, str]:
     spec = module.spec
+    if force in ("reference.recurrent", "reference.chunked"):
+        return force, "forced"
     if force != "reference" and device.type == "cuda":
         from seqdsl.lower import fla_paths
 
@@ -218,7 +222,9 @@ def _recurrent_reference(m, S: Tensor | None, step: bool) -> tuple[Tensor, Tenso
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=64, **kwargs)
+    # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
+    vector = m.log_decay is not None and m.log_decay.dim() == 4
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if vector else 64, **kwargs)
 
 
 def _update_kind(m) -> str:

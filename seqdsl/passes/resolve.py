@@ -40,6 +40,8 @@ def read_text(path: Path, span: Span | None = None) -> str:
         raise SeqFileError(f"{path} is not UTF-8 text (byte {err.start})", span) from None
     except OSError as err:
         raise SeqFileError(f"cannot read {path}: {err.strerror}", span) from None
+    except ValueError as err:  # a NUL byte in the path
+        raise SeqFileError(f"cannot read {path!r}: {err}", span) from None
 
 
 def load(path: str | Path) -> Loaded:
@@ -80,7 +82,10 @@ class _Resolver:
         return module, decls
 
     def import_(self, imp: ast.Import, base_dir: Path, stack: tuple[Path, ...]):
-        target = (base_dir / imp.path.value).resolve()
+        try:
+            target = (base_dir / imp.path.value).resolve()
+        except (OSError, ValueError) as err:  # e.g. a NUL byte in the path, a symlink loop
+            raise SeqFileError(f"cannot import {imp.path.value!r}: {err}", imp.path.span) from None
         if target in stack:
             raise SeqSemanticError(f"import cycle: {imp.path.value} imports itself", imp.path.span,
                                    "move the shared declarations into a third file")

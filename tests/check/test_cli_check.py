@@ -1,0 +1,163 @@
+"""`seqdsl check` and `seqdsl explain` from the command line: exit codes, JSON shape,
+--select/--ignore, unreadable inputs (reported, exit 2, never a traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from seqdsl.check import RULES
+from seqdsl.cli.main import main
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+BAD = "mixer broken {\n    weights = sofmax\n}\n"
+
+
+def run(argv, capsys):
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def bad(tmp_path):
+    path = tmp_path / "bad.seq"
+    path.write_text(BAD)
+    return path
+
+
+def test_exit_0_when_everything_passes(capsys):
+    code, out, err = run(["check", str(SPECS / "transformer.seq"), str(SPECS / "top1_element.seq")], capsys)
+    assert code == 0 and err == ""
+    assert "transformer.seq: pass" in out and "checked 2 specs: 2 pass" in out
+
+
+def test_exit_0_with_infos_only(capsys):
+    code, out, _ = run(["check", str(SPECS / "rwkv7_top1_chunk_exact.seq")], capsys)
+    assert code == 0 and "M002 [M info] rwkv7-transplant" in out
+
+
+def test_exit_1_on_findings_with_located_diagnostics(capsys):
+    code, out, _ = run(["check", str(SPECS / "window_256.seq")], capsys)
+    assert code == 1
+    first = out.splitlines()[0]
+    assert first.startswith(f"{SPECS / 'window_256.seq'}:8:25: V001 [V error] finite-window: ")
+    assert "    visibility = window(256)" in out and "^^^" in out
+    assert "\n  why: " in out and "\n  fix: " in out
+    assert "mixer window_256: fail (V001)" in out
+
+
+def test_exit_1_on_a_degraded_spec(capsys):
+    assert run(["check", str(SPECS / "temperature_2.seq")], capsys)[0] == 1
+
+
+def test_directory_checks_every_spec(capsys):
+    code, out, _ = run(["check", str(SPECS)], capsys)
+    assert code == 1
+    assert f"checked {len(list(SPECS.glob('*.seq')))} specs" in out
+
+
+def test_json_is_one_document(capsys):
+    code, out, _ = run(["check", "--format", "json", str(SPECS / "window_256.seq"),
+                        str(SPECS / "transformer.seq")], capsys)
+    doc = json.loads(out)
+    assert code == 1 and doc["version"] == 1
+    assert [s["verdict"] for s in doc["specs"]] == ["fail", "pass"]
+    spec = doc["specs"][0]
+    assert spec["mixers"] == {"window_256": "fail"} and spec["models"] == {"window_256_110m": "fail"}
+    (d,) = spec["diagnostics"]
+    assert set(d) >= {"code", "name", "pillar", "severity", "line", "column", "end_line",
+                      "end_column", "message", "why", "fix", "subject"}
+    assert (d["code"], d["line"], d["column"], d["subject"]) == ("V001", 8, 25, "window_256")
+    assert doc["summary"]["verdicts"] == {"pass": 1, "degraded": 0, "fail": 1, "error": 0}
+    assert doc["summary"]["exit_code"] == 1
+
+
+def test_json_reports_unreadable_specs(capsys, bad, tmp_path):
+    code, out, _ = run(["check", "--format", "json", str(bad), str(tmp_path / "missing.seq"),
+                        str(SPECS / "transformer.seq")], capsys)
+    doc = json.loads(out)
+    assert code == 2
+    broken, missing, fine = doc["specs"]
+    assert broken["verdict"] == "error" and broken["error"]["line"] == 2
+    assert broken["error"]["column"] == 15 and "sofmax" in broken["error"]["message"]
+    assert missing["verdict"] == "error" and "no such file" in missing["error"]["message"]
+    assert fine["verdict"] == "pass"
+
+
+def test_select_and_ignore(capsys):
+    path = str(SPECS / "mamba2.seq")
+    code, out, _ = run(["check", "--format", "json", "--select", "N", path], capsys)
+    assert {d["code"] for d in json.loads(out)["specs"][0]["diagnostics"]} == {"N001"}
+    code, out, _ = run(["check", "--format", "json", "--ignore", "V003,V004", "--ignore",
+                        "linear-weights", path], capsys)
+    spec = json.loads(out)["specs"][0]
+    assert code == 0 and spec["diagnostics"] == [] and spec["verdict"] == "pass"
+
+
+def test_unknown_selector_is_bad_input(capsys):
+    code, out, err = run(["check", "--select", "V0001", str(SPECS / "transformer.seq")], capsys)
+    assert code == 2 and "matches no rule" in err and out == ""
+
+
+def test_context_override(capsys):
+    code, out, _ = run(["check", "--context", "8192", str(SPECS / "window_2048.seq")], capsys)
+    assert code == 1 and "25% of the 8192-token context (--context)" in out
+
+
+def test_missing_file_is_one_readable_message(capsys, tmp_path):
+    code, out, err = run(["check", str(tmp_path / "nope.seq")], capsys)
+    assert code == 2
+    assert err.strip() == f"error: no such file: {tmp_path / 'nope.seq'}"
+    assert "unreadable" in out
+
+
+def test_malformed_file_is_located(capsys, bad):
+    code, out, err = run(["check", str(bad)], capsys)
+    assert code == 2
+    assert err.startswith(f"{bad}:2:15: error: unknown weights `sofmax`")
+    assert "did you mean `softmax`?" in err and "Traceback" not in err
+
+
+def test_one_bad_path_does_not_hide_the_others(capsys, bad):
+    code, out, err = run(["check", str(bad), str(SPECS / "window_256.seq"),
+                          str(SPECS / "transformer.seq")], capsys)
+    assert code == 2
+    assert "window_256.seq: fail" in out and "transformer.seq: pass" in out
+    assert "checked 3 specs: 1 pass, 0 degraded, 1 fail, 1 unreadable" in out
+
+
+def test_subprocess_never_shows_a_traceback(tmp_path, bad):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "seqdsl.cli.main", "check", str(bad), str(tmp_path / "gone.seq"),
+         str(empty), str(SPECS / "transformer.seq")],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert "holds no .seq files" in proc.stderr and "transformer.seq: pass" in proc.stdout
+
+
+def test_explain_prints_the_docstring(capsys):
+    code, out, _ = run(["explain", "V001"], capsys)
+    assert code == 0
+    assert out.startswith("V001 finite-window\npillar: V (full-sequence visibility)")
+    assert RULES["V001"].doc in out
+    assert run(["explain", "aggregate-selection"], capsys)[1].startswith("R003 aggregate-selection")
+
+
+def test_explain_unknown_code_suggests(capsys):
+    code, out, err = run(["explain", "V01"], capsys)
+    assert code == 2 and "unknown rule `V01`" in err and "did you mean `V001`?" in err
+
+
+def test_explain_list(capsys):
+    code, out, _ = run(["explain", "--list"], capsys)
+    assert code == 0
+    lines = out.strip().splitlines()
+    assert len(lines) == len(RULES) and lines[0].startswith("V001  finite-window")

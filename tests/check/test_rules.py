@@ -1,0 +1,213 @@
+"""Each rule on small specs: when it fires, where it points, what it says; and the verdict
+logic (pillars, severities, --select/--ignore, hybrids). Random valid mixers never crash the
+checker and always get a span for every finding."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from seqdsl import SeqError, loads
+from seqdsl.check import RULES, active_rules, check_program, lookup
+from seqdsl.check.visibility import alibi_slopes
+
+MODEL = '\nmodel lm {\n    preset = "110m"\n    mixer = m\n}\n'
+
+
+def check(body: str, model: bool = True, **kw):
+    text = "mixer m {\n" + body + "\n}\n" + (MODEL if model else "")
+    return check_program(loads(text, "t.seq"), **kw)
+
+
+def codes(report) -> set[str]:
+    return {d.code for d in report.diagnostics}
+
+
+def only(report, code):
+    (d,) = [d for d in report.diagnostics if d.code == code]
+    return d
+
+
+def test_rule_metadata_is_complete():
+    assert len(RULES) >= 15
+    for r in RULES.values():
+        assert r.code[0] == r.pillar and r.severity in ("error", "warning", "info")
+        assert "Why:" in r.doc and "Paper:" in r.doc and "Fix:" in r.doc, r.code
+    assert lookup("v001").name == "finite-window" and lookup("finite-window").code == "V001"
+
+
+def test_window_points_at_its_size_and_states_the_fraction():
+    d = only(check("    visibility = window(512)"), "V001")
+    assert (d.span.line, d.span.column, d.span.end_column) == (2, 25, 28)
+    assert "25% of the 2048-token context (model lm)" in d.message
+    assert check("    visibility = window(2048)").verdict == "pass"
+
+
+def test_context_without_a_model_is_the_papers():
+    d = only(check("    visibility = window(256)", model=False), "V001")
+    assert "2048-token context (the paper's; no model uses this mixer)" in d.message
+
+
+def test_context_is_the_shortest_model_using_the_mixer():
+    text = ("mixer m { visibility = window(1024) }\n"
+            "model a { preset = \"110m\" mixer = m context = 4096 }\n"
+            "model b { preset = \"110m\" mixer = m context = 512 }\n")
+    report = check_program(loads(text))
+    assert report.verdict == "pass" and report.mixers == {"m": "pass"}
+    report = check_program(loads(text.replace("512", "2000")))
+    assert "2000-token context (model b)" in only(report, "V001").message
+
+
+def test_chunk_local_fails_visibility():
+    assert codes(check("    visibility = chunk_local(128)")) == {"V002"}
+
+
+def test_constant_decay_names_its_horizon():
+    d = only(check("    decay = constant(gamma=0.99)"), "V003")
+    assert "horizon of 1/(1-gamma) = 100 tokens" in d.message
+    assert d.span.column == 28  # the gamma argument
+
+
+def test_retnet_schedule_with_unknown_heads_says_so():
+    d = only(check("    decay = constant", model=False), "V003")
+    assert "not known" in d.message and "32 for head 0" in d.message
+
+
+def test_retnet_schedule_longer_than_context():
+    d = only(check("    heads = 12\n    decay = constant"), "V003")
+    assert "65536 tokens (head 11), reaches past" in d.message
+
+
+def test_data_dependent_decay_is_unbounded():
+    d = only(check("    decay = data_dependent(vector)"), "V003")
+    assert "input-dependent" in d.message and "unbounded forgetting" in d.message
+
+
+def test_decay_with_softmax_is_allowed_but_forgets():
+    assert codes(check("    decay = data_dependent(scalar)")) == {"V003"}
+
+
+def test_recurrent_state_size():
+    d = only(check("    expand = 2\n    key_dim = 128\n    weights = linear"), "V004")
+    assert "128 x 64 state per head (8,192 numbers; 24 heads: 196,608 per layer)" in d.message
+
+
+def test_alibi_slopes_match_the_reference_code():
+    assert alibi_slopes(8) == [2.0 ** -(i + 1) for i in range(8)]
+    assert len(alibi_slopes(12)) == 12 and min(alibi_slopes(12)) == 2.0 ** -8
+
+
+@pytest.mark.parametrize("relation,expected", [
+    ("random_keys", {"R001"}), ("random_keys(seed=3)", {"R001"}), ("const_keys", {"R001", "N003"}),
+    ("positional", {"R002"}), ("dot(scale=0.0)", {"N003"}), ("dot(qk_norm=true)", set()),
+])
+def test_relations(relation, expected):
+    assert codes(check(f"    relation = {relation}")) == expected
+
+
+def test_selection_rules():
+    assert codes(check("    select = top(1, over=chunk(128), score=mean)")) == {"R003"}
+    assert codes(check("    select = top(1, over=chunk(128), score=lse)")) == set()
+    d = only(check("    select = top(1, grad=none)"), "R004")
+    assert d.severity == "warning" and d.span.column == 26
+    assert only(check("    select = top(4, grad=none)"), "R004").severity == "info"
+
+
+def test_temperature_grades():
+    assert check("    weights = softmax(temperature=0.25)").verdict == "pass"
+    assert check("    weights = softmax(temperature=1.0)").verdict == "pass"
+    d = only(check("    weights = softmax(temperature=1.5)"), "N002")
+    assert d.span.column == 35 and d.severity == "warning"
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("    weights = linear\n    select = top(1)", "select = top"),
+    ("    update = delta", "update = delta"),
+    ("    update = additive(bonus=true)", "bonus=true"),
+    ("    relation = dot(feature=elu1)", "feature map `elu1`"),
+    ("    relation = dot(feature=identity)\n    weights = normalized_linear", "can be negative"),
+    ("    visibility = chunk_local(128)\n    select = top(1, over=chunk(128))", "no earlier chunk"),
+])
+def test_conflicting_choices(body, fragment):
+    report = check(body)
+    assert report.verdict == "fail"
+    assert any(fragment in d.message for d in report.diagnostics if d.code == "W001")
+
+
+def test_backend_warnings_do_not_degrade():
+    report = check("    head_dim = 96\n    select = top(1, over=chunk(100))")
+    assert codes(report) == {"W002", "W003", "W004"} and report.verdict == "pass"
+    assert only(report, "W004").severity == "info"
+    assert "reference (PyTorch) path" in only(report, "W002").message
+
+
+def test_inert_parameters():
+    report = check("    select = top(1, score=mean, local=false, grad=none, value_grad=soft)")
+    assert [d.code for d in report.diagnostics].count("W005") == 3
+
+
+def test_head_layout_is_a_model_error():
+    report = check("    head_dim = 100")
+    assert report.models == {"lm": "fail"} and report.mixers == {"m": "pass"}
+    assert "M003" in codes(report)
+
+
+def test_select_and_ignore_change_verdicts():
+    body = "    weights = softmax(temperature=2.0)\n    visibility = window(64)"
+    assert check(body).verdict == "fail"
+    assert check(body, ignore=["V"]).verdict == "degraded"
+    assert check(body, ignore=["V001", "flattened-softmax"]).verdict == "pass"
+    assert codes(check(body, select=["N00"])) == {"N002"}
+    assert [r.code for r in active_rules(["V00"], ["V002"])] == ["V001", "V003", "V004", "V005"]
+    with pytest.raises(SeqError, match="matches no rule"):
+        active_rules(["X9"])
+
+
+def test_hybrid_verdicts():
+    text = ("mixer a {}\nmixer s { weights = softmax(temperature=3.0) }\nmixer f { weights = linear }\n"
+            "model pf { preset = \"110m\" mixer = [a, f] }\n"
+            "model sf { preset = \"110m\" mixer = [s, f] }\n"
+            "model aa { preset = \"110m\" mixer = [a, a] }\n")
+    report = check_program(loads(text))
+    assert report.models == {"pf": "degraded", "sf": "fail", "aa": "pass"}
+    assert check_program(loads(text), ignore=["M001"]).models["pf"] == "fail"
+
+
+# --- random valid mixers never crash the checker --------------------------------------------------
+
+SLOTS = {
+    "heads": ["auto", "1", "12"], "head_dim": ["1", "64", "96"], "expand": ["1", "2"],
+    "key_dim": ["auto", "16"],
+    "position": ["none", "rope", "alibi"],
+    "relation": ["dot", "dot(scale=0.0)", "dot(feature=taylor)", "dot(feature=relu)", "random_keys",
+                 "const_keys", "positional"],
+    "visibility": ["full", "window(1)", "window(4096)", "chunk_local(100)"],
+    "weights": ["softmax", "softmax(temperature=3.0)", "linear", "normalized_linear"],
+    "select": ["none", "top(1)", "top(2, over=chunk(64), score=mean, grad=none)", "top(1, local=false)"],
+    "decay": ["none", "constant", "constant(gamma=0.5)", "data_dependent(vector)"],
+    "update": ["additive", "additive(bonus=true)", "delta", "rwkv7"],
+    "conv": ["none", "causal(4)", "token_shift"],
+    "norm": ["none", "groupnorm"], "gate": ["none", "sigmoid"],
+}
+
+
+@st.composite
+def spec_text(draw):
+    slots = draw(st.lists(st.sampled_from(sorted(SLOTS)), unique=True))
+    body = "\n".join(f"    {s} = {draw(st.sampled_from(SLOTS[s]))}" for s in slots)
+    context = draw(st.sampled_from([1, 100, 2048]))
+    model = draw(st.booleans())
+    tail = f'model lm {{ preset = "tiny" mixer = m context = {context} }}\n' if model else ""
+    return "mixer m {\n" + body + "\n}\n" + tail
+
+
+@settings(max_examples=150, deadline=None)
+@given(spec_text())
+def test_checker_is_total_on_valid_specs(text):
+    report = check_program(loads(text, "t.seq"))
+    assert report.verdict in ("pass", "degraded", "fail")
+    for d in report.diagnostics:
+        assert d.span is not None and d.span.file == "t.seq" and d.message and d.fix
+    errors = any(d.severity == "error" and d.pillar != "M" for d in report.diagnostics)
+    assert (report.mixers["m"] == "fail") == errors

@@ -1,0 +1,36 @@
+"""The spec library as test parameters: every file in specs/, lowered at test size."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import seqdsl
+from seqdsl.ir import nodes
+
+SPECS_DIR = Path(__file__).resolve().parents[1] / "specs"
+SPEC_FILES = sorted(SPECS_DIR.glob("*.seq"))
+SPEC_IDS = [p.stem for p in SPEC_FILES]
+
+
+def spec_model(path: Path, **sizes) -> tuple[nodes.Program, nodes.Model]:
+    """The spec's model at the `tiny` preset's size (plus `sizes` overrides), widened where a
+    mixer's heads need it (RetNet's head_dim is 256)."""
+    from seqdsl.lower.lm import pick_model, with_preset
+
+    program = seqdsl.load(path).program
+    model = with_preset(pick_model(program), "tiny").model_copy(update=sizes)
+    need = max(-(-program.mixer(n).head_dim // program.mixer(n).expand) for n in model.mixer)
+    return program, model.model_copy(update={"d_model": max(model.d_model, need)})
+
+
+def longest_chunk(program: nodes.Program, model: nodes.Model) -> int:
+    """The largest selection/visibility chunk among the model's mixers (1 if none), so tests
+    can use sequences that span several chunks."""
+    size = 1
+    for name in model.mixer:
+        m = program.mixer(name)
+        if isinstance(m.select, nodes.Top) and isinstance(m.select.over, nodes.Chunk):
+            size = max(size, m.select.over.size)
+        if isinstance(m.visibility, (nodes.ChunkLocal, nodes.Window)):
+            size = max(size, m.visibility.size)
+    return size
