@@ -57,7 +57,9 @@ def test_batch_rows_are_independent(lowered):
 def test_incremental_decoding_equals_full_forward(lowered, step):
     lm, tokens, logits = lowered
     T = tokens.shape[1]
-    prefill = T // 3
+    # prefill most of the sequence, then decode the rest: the last tokens cross a chunk/window
+    # boundary for every chunked spec (T = 2 * chunk + 5), and the reference decode costs O(L^2)
+    prefill = T - 10
     with torch.no_grad():
         out, state = lm(tokens[:, :prefill])
         pieces = [out]
