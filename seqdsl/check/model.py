@@ -96,14 +96,16 @@ def _is_top1_chunk(m: nodes.Mixer) -> bool:
 
 @rule("M003", "head-layout", "M", "error")
 def head_layout(ctx: ModelContext):
-    """`heads = auto` needs expand x d_model to be a multiple of head_dim.
+    """The heads must fit: `heads = auto` needs expand x d_model to be a multiple of head_dim,
+    and `qk_groups` must divide the number of heads.
 
     Why: with `heads = auto` a mixer takes expand * d_model / head_dim heads from the model;
     when that does not divide, there is no whole number of heads and the model cannot be built.
 
     Paper: not a finding of the paper.
 
-    Fix: set `heads` explicitly, or change `head_dim`, `expand` or `d_model` so they divide."""
+    Fix: set `heads` explicitly, or change `head_dim`, `expand`, `d_model` or `qk_groups` so
+    they divide."""
     seen = set()
     for name in ctx.model.mixer:
         if name in seen:
@@ -118,3 +120,11 @@ def head_layout(ctx: ModelContext):
                 ctx.span("d_model"),
                 "the model cannot be built",
                 f"set `heads` in mixer {name}, or a head_dim that divides {inner}")
+            continue
+        heads = m.heads if m.heads != "auto" else inner // m.head_dim
+        if m.qk_groups != "auto" and heads % m.qk_groups:
+            yield Finding(
+                f"mixer {name}: qk_groups = {m.qk_groups} does not divide its {heads} heads",
+                ctx.span("d_model"),
+                "the heads cannot share query/key groups evenly; the model cannot be built",
+                f"set qk_groups in mixer {name} to a divisor of {heads}")

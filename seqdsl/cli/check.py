@@ -36,16 +36,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ignore", type=_codes, action="extend", metavar="CODES",
                         help="skip these rules (same forms as --select); they do not count for verdicts")
     parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--exit-zero", action="store_true",
+                        help="exit 0 even when rules report findings (2 still means unreadable input)")
     parser.add_argument("--context", type=_positive, metavar="N",
                         help="judge windows and horizons against N tokens instead of the models' context")
 
 
 def run(args: argparse.Namespace) -> int:
     reports = check_paths(args.paths, select=args.select, ignore=args.ignore, context=args.context)
+    code = exit_code(reports)
+    if args.exit_zero and code == 1:
+        code = 0
     if args.format == "json":
         json.dump(to_json(reports), sys.stdout, indent=2)
         sys.stdout.write("\n")
-        return exit_code(reports)
+        return code
     for report in reports:
         if report.error:
             print(format_error(report), file=sys.stderr)
@@ -53,4 +58,4 @@ def run(args: argparse.Namespace) -> int:
     if text:
         print(text + "\n")
     print(format_summary(reports))
-    return exit_code(reports)
+    return code

@@ -346,13 +346,16 @@ class Mixer(Node):
 
     `heads = auto` takes expand * d_model // head_dim from the model (`expand` widens the mixer's
     inner dimension, 2 in Mamba); `key_dim = auto` takes head_dim
-    (state rows of the recurrent family: Mamba's d_state, GLA's key dimension)."""
+    (state rows of the recurrent family: Mamba's d_state, GLA's key dimension).
+    `qk_groups` is how many distinct query/key projections the heads share (Mamba's `ngroups`:
+    1 = one B and one C for every head); `auto` gives every head its own."""
 
     name: str
     heads: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
     head_dim: int = Field(64, gt=0)
     expand: int = Field(1, gt=0)
     key_dim: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
+    qk_groups: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
     position: Position = NoPosition()
     relation: Relation = Dot()
     visibility: Visibility = Full()

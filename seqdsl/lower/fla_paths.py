@@ -13,6 +13,7 @@ worse than a slow one. A failed check is reported by the caller and the referenc
 from __future__ import annotations
 
 import functools
+import warnings
 
 import torch
 from torch import Tensor
@@ -26,7 +27,9 @@ _MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims st
 def op_for(spec: nodes.Mixer) -> tuple[str | None, str]:
     """(fla op name, "") for a spec fla can run, else (None, why not)."""
     try:
-        import fla  # noqa: F401
+        with warnings.catch_warnings():  # fla warns when imported on a machine without a GPU
+            warnings.simplefilter("ignore")
+            import fla  # noqa: F401
     except Exception as err:  # ImportError, or fla failing to initialise on this machine
         return None, f"flash-linear-attention is not importable ({type(err).__name__})"
     update, decay = spec.update, spec.decay

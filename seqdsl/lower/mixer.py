@@ -80,6 +80,9 @@ def resolve_heads(mixer: nodes.Mixer, d_model: int) -> tuple[int, int, int]:
         raise LoweringError(f"mixer `{mixer.name}`: expand * d_model = {mixer.expand * d_model} is "
                             f"smaller than head_dim = {Dv}; no head fits")
     Dk = mixer.key_dim if mixer.key_dim != "auto" else Dv
+    G = mixer.qk_groups if mixer.qk_groups != "auto" else H
+    if H % G:
+        raise LoweringError(f"mixer `{mixer.name}`: qk_groups = {G} does not divide its {H} heads")
     return H, Dk, Dv
 
 
@@ -95,6 +98,8 @@ class MixerModule(nn.Module):
         self.d_model = d_model
         self.context = context
         self.H, self.Dk, self.Dv = H, Dk, Dv = resolve_heads(mixer, d_model)
+        # heads share query/key projections in groups (Mamba's ngroups)
+        self.G = G = mixer.qk_groups if mixer.qk_groups != "auto" else H
         rel, sel = mixer.relation, mixer.select
         self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
         self.F = feature_dim(self.feature, Dk)
@@ -106,12 +111,12 @@ class MixerModule(nn.Module):
         self.uses_q = not isinstance(rel, nodes.Positional)
         self.uses_k = isinstance(rel, nodes.Dot)
         if self.uses_q:
-            self.q_proj = nn.Linear(d_model, H * Dk, bias=False)
+            self.q_proj = nn.Linear(d_model, G * Dk, bias=False)
         if self.uses_k:
-            self.k_proj = nn.Linear(d_model, H * Dk, bias=False)
+            self.k_proj = nn.Linear(d_model, G * Dk, bias=False)
         self.v_proj = nn.Linear(d_model, H * Dv, bias=False)
         if isinstance(mixer.conv, nodes.CausalConv):
-            channels = H * (Dk * (self.uses_q + self.uses_k) + Dv)
+            channels = G * Dk * (self.uses_q + self.uses_k) + H * Dv
             self.conv_weight = nn.Parameter(torch.randn(channels, mixer.conv.size) / mixer.conv.size)
 
         # (2) relation
@@ -228,11 +233,11 @@ class MixerModule(nn.Module):
         fused, conv_state = self._conv(torch.cat(parts, dim=-1), state)
         parts = list(fused.split(widths, dim=-1))
         v = parts.pop().view(B, T, H, Dv)
-        q = parts.pop(0).view(B, T, H, Dk) if self.uses_q else x.new_zeros(B, T, H, Dk)
+        q = self._heads(parts.pop(0)) if self.uses_q else x.new_zeros(B, T, H, Dk)
 
         # (2) relation: where the keys come from, then norm, position and feature map
         if self.uses_k:
-            k = parts.pop(0).view(B, T, H, Dk)
+            k = self._heads(parts.pop(0))
         elif hasattr(self, "random_keys"):
             k = self.random_keys[pos:pos + T].to(x.dtype).expand(B, T, H, Dk)
         elif hasattr(self, "const_key"):
@@ -263,6 +268,12 @@ class MixerModule(nn.Module):
         o = self._output(o, x)
         new_state = replace(new_state, pos=pos + T, conv=conv_state, shift=shift)
         return o, new_state
+
+    def _heads(self, u: Tensor) -> Tensor:
+        """(B, T, G*Dk) -> (B, T, H, Dk): each group's projection serves H/G consecutive heads."""
+        B, T, _ = u.shape
+        u = u.view(B, T, self.G, self.Dk)
+        return u if self.G == self.H else u.repeat_interleave(self.H // self.G, dim=2)
 
     def _features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         rel = self.spec.relation

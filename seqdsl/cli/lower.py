@@ -1,0 +1,88 @@
+"""`seqdsl lower SPEC`: build the spec's PyTorch model and show what runs where.
+
+Prints the model's sizes and parameter count, the execution path each layer takes on the target
+device and why (fast kernel or reference, and the reason for any fallback), and the module tree.
+The model is built on the meta device, so even the 1.3B preset costs no memory or time.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from seqdsl.ir import nodes
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("path", metavar="SPEC", help="a .seq file")
+    parser.add_argument("--model", help="which model of the file (default: its last model)")
+    parser.add_argument("--preset", choices=nodes.PRESETS, help="resize the model to a preset")
+    parser.add_argument("--device", default=None,
+                        help="device to plan for (default: cuda if available, else cpu)")
+    parser.add_argument("--no-tree", action="store_true", help="omit the module tree")
+
+
+def _count(n: int) -> str:
+    for unit, div in (("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if n >= div:
+            return f"{n / div:.2f}{unit}"
+    return str(n)
+
+
+def _tree(lm) -> str:
+    """The module tree with repeated identical blocks folded: one block per distinct mixer."""
+    lines = [f"{type(lm).__name__}("]
+    lines.append(f"  (embed): {lm.embed}")
+    shown: set[str] = set()
+    for i, block in enumerate(lm.blocks):
+        name = block.mixer.spec.name
+        if name in shown:
+            continue
+        shown.add(name)
+        layers = [j for j, b in enumerate(lm.blocks) if b.mixer.spec.name == name]
+        body = repr(block).replace("\n", "\n  ")
+        lines.append(f"  (blocks {_ranges(layers)}): {body}")
+    lines.append(f"  (norm): {lm.norm}")
+    tied = " (tied to embed)" if lm.spec.tie else ""
+    lines.append(f"  (head): {lm.head}{tied}")
+    lines.append(")")
+    return "\n".join(lines)
+
+
+def _ranges(xs: list[int]) -> str:
+    if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
+        return f"{xs[0]}-{xs[-1]}"
+    return ",".join(map(str, xs))
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+
+    from seqdsl.lower.lm import LanguageModel, pick_model, with_preset
+    from seqdsl.passes.resolve import load
+
+    program = load(args.path).program
+    spec = pick_model(program, args.model)
+    if args.preset:
+        spec = with_preset(spec, args.preset)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    with torch.device("meta"):
+        lm = LanguageModel(program, spec)
+    total = lm.num_parameters()
+    body = lm.num_parameters(exclude_embedding=True)
+    print(f"model {spec.name}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
+          f"context {spec.context}, block {spec.block}, mlp {spec.mlp.kind}, tie {str(spec.tie).lower()}")
+    print(f"parameters: {total:,} ({_count(total)}); without embeddings: {body:,} ({_count(body)})")
+    print(f"\npaths on {device.type}:")
+    rows = lm.describe_paths(device)
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for layer, mixer, path, why in rows:
+        groups.setdefault((mixer, path, why), []).append(layer)
+    width = max(len(_ranges(layers)) for layers in groups.values())
+    for (mixer, path, why), layers in groups.items():
+        print(f"  layers {_ranges(layers):<{width}}  {mixer}: {path} ({why})")
+    if device.type == "cuda" and any(r[2].startswith("fla.") for r in rows):
+        print("  (fla kernels are self-checked against the reference on first use; a failure falls "
+              "back to the reference with a warning)")
+    if not args.no_tree:
+        print("\n" + _tree(lm))
+    return 0
