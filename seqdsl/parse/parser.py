@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from importlib import resources
+from pathlib import Path
 
 import lark
 from lark import Lark, Token, Transformer, v_args
@@ -43,7 +44,10 @@ _TOP_KEYWORDS = ("mixer", "model", "import")
 
 @functools.lru_cache(maxsize=1)
 def _lark() -> Lark:
-    grammar = resources.files("seqdsl.grammar").joinpath("seq.lark").read_text(encoding="utf-8")
+    try:  # installed: grammar/ ships as seqdsl.grammar
+        grammar = resources.files("seqdsl.grammar").joinpath("seq.lark").read_text(encoding="utf-8")
+    except ModuleNotFoundError:  # a source checkout on sys.path, not installed
+        grammar = (Path(__file__).resolve().parents[2] / "grammar" / "seq.lark").read_text(encoding="utf-8")
     return Lark(grammar, parser="lalr", lexer="contextual", propagate_positions=True,
                 maybe_placeholders=False)
 
