@@ -98,6 +98,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     device = torch.device(args.device)
     torch.backends.cuda.matmul.allow_tf32 = False
+    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+            "date": datetime.date.today().isoformat(), "torch": torch.__version__,
+            "batch": args.batch, "seq": args.seq, "d_model": args.d_model, "dtype": "float32"}
     rows = []
     for name in args.specs.split(","):
         try:
@@ -105,12 +108,10 @@ def main(argv=None) -> int:
         except Exception as err:  # one failing spec must not lose the others' numbers
             rows.append({"spec": name, "error": f"{type(err).__name__}: {err}"})
         r = rows[-1]
-        print(f"  {name}: " + (r["error"] if "error" in r else f"{r['path']} {r['speedup']:.1f}x"),
-              file=sys.stderr, flush=True)
-    meta = {"device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-            "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-            "batch": args.batch, "seq": args.seq, "d_model": args.d_model, "dtype": "float32"}
-    Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+        done = r["error"] if "error" in r else f"{r['path']} {r['speedup']:.1f}x {' | '.join(r['warnings'])}"
+        print(f"  {name}: {done}", file=sys.stderr, flush=True)
+        # written after every spec, so an interrupted run keeps what it measured
+        Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"\n{meta['device']}, {meta['date']}, torch {meta['torch']}, B={args.batch} T={args.seq} "
           f"d_model={args.d_model}, float32, forward+backward of one mixer layer")
     print(f"{'spec':<20} {'path':<24} {'fast ms':>9} {'ref ms':>9} {'speedup':>8} {'rel err':>9}")

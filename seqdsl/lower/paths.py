@@ -80,7 +80,8 @@ class PathChooser:
         if path.startswith("fla."):
             from seqdsl.lower import fla_paths
 
-            ok, detail = fla_paths.self_check(path, m.q.dtype, device, m.q.shape[-1], m.v.shape[-1])
+            ok, detail = fla_paths.self_check(path, m.q.dtype, device, m.q.shape[-1], m.v.shape[-1],
+                                              gated=m.log_decay is not None)
             if ok:
                 self._record(device, (path, why))
                 return fla_paths.run(path, m, S)

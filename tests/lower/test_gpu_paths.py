@@ -56,7 +56,9 @@ def test_fast_path_matches_reference_on_gpu(path):
     for name, g in ref_grads.items():
         assert _rel(fast_grads[name], g) < 2e-2, name
     if fallbacks:
-        pytest.xfail("; ".join(sorted(set(fallbacks))))
+        reason = "; ".join(sorted(set(fallbacks)))
+        print(f"\nFALLBACK {path.stem}: {reason}")
+        pytest.xfail(reason)
 
 
 @pytest.mark.parametrize("name", ["transformer", "mamba2", "gated_deltanet", "top1_chunk_exact"])
