@@ -1,4 +1,4 @@
-"""`seqdsl fmt`: canonical formatting. `--resolved` prints the program with imports and
+"""`seqdsl fmt`: canonical formatting, comments kept (seqdsl.fmt). `--resolved` prints the program with imports and
 inheritance applied (what the backends see); `--write` rewrites files in place, atomically."""
 
 from __future__ import annotations
@@ -9,8 +9,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from seqdsl.ir.printer import format_module, format_program
-from seqdsl.passes.resolve import load, read_text, typed_module
+from seqdsl.fmt import format_source
+from seqdsl.ir.printer import format_program
+from seqdsl.passes.resolve import load, read_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -38,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
             continue
         load(path)  # validate imports and inheritance too, before touching anything
         text = read_text(path)
-        canonical = format_module(typed_module(text, str(path)))
+        canonical = format_source(text, str(path))
         if args.write:
             if canonical != text:
                 _write_atomic(path, canonical)

@@ -42,17 +42,25 @@ def _format_primitive(p: nodes.Primitive) -> str:
     return f"{p.kind}({', '.join(args)})" if args else p.kind
 
 
-def _format_assign(a: nodes.Assign) -> str:
+INDENT = "    "
+
+
+def format_assign(a: nodes.Assign) -> str:
+    """`key = value` (no indent)."""
     value = f'"{a.value}"' if a.key == "preset" else format_value(a.value)
-    return f"    {a.key} = {value}"
+    return f"{a.key} = {value}"
+
+
+def decl_header(d: nodes.MixerDecl | nodes.ModelDecl) -> str:
+    """`mixer NAME [extends BASE]` (without the brace)."""
+    keyword = "mixer" if isinstance(d, nodes.MixerDecl) else "model"
+    return f"{keyword} {d.name}" + (f" extends {d.extends}" if d.extends else "")
 
 
 def _format_decl(d: nodes.MixerDecl | nodes.ModelDecl) -> str:
-    keyword = "mixer" if isinstance(d, nodes.MixerDecl) else "model"
-    head = f"{keyword} {d.name}" + (f" extends {d.extends}" if d.extends else "")
     if not d.assigns:
-        return head + " {}"
-    return "\n".join([head + " {", *(_format_assign(a) for a in d.assigns), "}"])
+        return decl_header(d) + " {}"
+    return "\n".join([decl_header(d) + " {", *(INDENT + format_assign(a) for a in d.assigns), "}"])
 
 
 def format_module(module: nodes.Module) -> str:

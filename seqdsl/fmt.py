@@ -1,0 +1,117 @@
+"""Canonical formatting of spec *source*: the canonical printer plus the user's comments.
+
+The IR holds no comments (equality is structural), so `format_module` alone would drop them;
+`format_source` puts each comment back next to what it was written beside:
+
+- a whole-line comment belongs to the next item below it (an import, a declaration header, an
+  assignment, or a block's closing brace) and moves with that item when assignments are put in
+  canonical order;
+- a trailing comment (`x = 1  # why`) stays at the end of its item's line;
+- comments after the last item of the file stay at the end.
+
+Blank lines inside a comment block, or between it and its item, are kept as one blank line. Comments inside a multi-line
+value move to the item that follows, which is the one thing that can move a comment off its line.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from seqdsl.ir import nodes
+from seqdsl.ir.printer import INDENT, decl_header, format_assign
+from seqdsl.parse import ast
+from seqdsl.parse.parser import parse_text
+from seqdsl.passes.sourcemap import SourceMap
+from seqdsl.passes.typing import Typer
+
+
+@dataclass
+class _Comments:
+    above: dict[int, list[str]] = field(default_factory=dict)  # anchor line -> comment lines
+    inline: dict[int, str] = field(default_factory=dict)  # line -> trailing comment
+    tail: list[str] = field(default_factory=list)
+
+
+def _comment_start(line: str) -> int | None:
+    """Column of a `#` that starts a comment (not inside a string), or None."""
+    in_string = False
+    for i, ch in enumerate(line):
+        if ch == '"' and (i == 0 or line[i - 1] != "\\\\"):
+            in_string = not in_string
+        elif ch == "#" and not in_string:
+            return i
+    return None
+
+
+def _collect(text: str, anchors: list[int]) -> _Comments:
+    out = _Comments()
+    pending: list[str] = []
+    anchor_set = set(anchors)
+    lines = text.splitlines()
+    for no, line in enumerate(lines, start=1):
+        col = _comment_start(line)
+        stripped = line.strip()
+        if col is not None and line[:col].strip():
+            out.inline[no] = line[col:].rstrip()
+        elif col is not None:
+            pending.append(stripped)
+        elif not stripped and pending and pending[-1] != "":
+            pending.append("")  # keep one blank line between comment paragraphs
+        if no in anchor_set and pending:
+            # a trailing "" (the comments were separated from the item by a blank line, as a
+            # file's header usually is) is kept and prints as one blank line
+            out.above[no] = pending
+            pending = []
+    out.tail = pending
+    while out.tail and out.tail[-1] == "":
+        out.tail.pop()
+    return out
+
+
+def format_source(text: str, path: str = "<string>") -> str:
+    """`text` in canonical form, comments kept. Raises SeqError on malformed text."""
+    tree = parse_text(text, path)
+    module = Typer(SourceMap()).module(tree)
+    anchors = [i.span.line for i in tree.imports]
+    for d in tree.decls:
+        anchors += [d.span.line, d.span.end_line] + [a.span.line for a in d.assigns]
+    comments = _collect(text, sorted(anchors))
+
+    def emit(out: list[str], line_no: int, code: str, indent: str = "") -> None:
+        for c in comments.above.get(line_no, []):
+            out.append(indent + c if c else "")
+        trailing = comments.inline.get(line_no)
+        out.append(indent + code + (f"  {trailing}" if trailing else ""))
+
+    parts: list[str] = []
+    if tree.imports:
+        block: list[str] = []
+        for imp, path_ in zip(tree.imports, module.imports):
+            emit(block, imp.span.line, f'import "{path_}"')
+        parts.append("\n".join(block))
+    for src, decl in zip(tree.decls, module.decls):
+        block = []
+        if not decl.assigns and src.span.line == src.span.end_line:
+            emit(block, src.span.line, decl_header(decl) + " {}")
+        else:
+            emit(block, src.span.line, decl_header(decl) + " {")
+            key_lines = {a.key.value: a.span.line for a in src.assigns}
+            for a in decl.assigns:
+                emit(block, key_lines[a.key], format_assign(a), INDENT)
+            # comments just above the closing brace stay inside the block
+            end = src.span.end_line
+            for c in comments.above.get(end, []):
+                block.append(INDENT + c if c else "")
+            # a comment after the brace, unless the brace shares its line with an item above
+            owned = end == src.span.line or end in key_lines.values()
+            trailing = None if owned else comments.inline.get(end)
+            block.append("}" + (f"  {trailing}" if trailing else ""))
+        parts.append("\n".join(block))
+    if comments.tail:
+        parts.append("\n".join(comments.tail))
+    return "\n\n".join(parts) + "\n"
+
+
+def canonical_module(text: str, path: str = "<string>") -> nodes.Module:
+    """The typed module of `text` (what `format_source` preserves, comments aside)."""
+    return Typer(SourceMap()).module(parse_text(text, path))
