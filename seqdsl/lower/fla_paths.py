@@ -75,6 +75,28 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
     raise ValueError(f"unknown fla op {op!r}")
 
 
+# ops whose backward runs fla's gated chunk_bwd_dqkwg when given a decay
+_GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
+
+
+def _known_refusal(op: str, gated: bool) -> str:
+    """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
+    [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass. Seen on an H100 with
+    Triton 3.6.0 on 2026-11-21 (benchmarks/results/fla_selfcheck_h100_2026-11-21.json)."""
+    if op not in _GATED_DQKWG or not gated:
+        return ""
+    try:
+        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
+    except ImportError:  # another fla version: let the self-check find out
+        return ""
+    if IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:
+        import triton
+
+        return (f"fla's gated backward (chunk_bwd_dqkwg) is wrong on Hopper with Triton "
+                f"{triton.__version__} < 3.7.1 (fla #640); fla refuses it")
+    return ""
+
+
 def _reference(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
     update = {"fla.chunk_rwkv7": "rwkv7", "fla.chunk_delta_rule": "delta",
               "fla.chunk_gated_delta_rule": "delta"}.get(op, "additive")
@@ -113,6 +135,9 @@ def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V
     wrong). The first call compiles and autotunes fla's kernels: seconds to a minute per op."""
     if min(K, V) < _MIN_DIM:
         return False, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
+    known = _known_refusal(op, gated)
+    if known:  # fla would refuse only in the backward pass, after minutes of compiling
+        return False, known
     # norm-relative tolerances: fla's float32 dots may run as tf32 (~1e-3 in norm terms)
     tol = {torch.float32: 5e-3, torch.bfloat16: 5e-2, torch.float16: 1e-2}.get(dtype, 5e-3)
     try:
