@@ -2,8 +2,8 @@
 
     python benchmarks/fla_selfcheck.py [--out fla_selfcheck.json]
 
-For each fla op seqdsl maps a spec to, in bfloat16 and float32, with and without a decay
-(fla picks different kernels), runs `seqdsl.lower.fla_paths.self_check` (forward and backward
+For each fla op seqdsl maps a spec to, in bfloat16 and float32, with each kind of decay seqdsl
+passes it (fla picks different kernels), runs `seqdsl.lower.fla_paths.self_check` (forward and backward
 against the reference) and prints ok / the reason it failed, and the seconds it took (mostly
 Triton compilation and autotuning). Writes the table as JSON with the device, versions and date.
 """
@@ -21,10 +21,10 @@ import torch
 
 from seqdsl.lower import fla_paths
 
-# (op, gated variants to try): ops with a per-channel decay are always gated
-CASES = [("fla.chunk_simple_gla", (False, True)), ("fla.chunk_delta_rule", (False,)),
-         ("fla.chunk_gated_delta_rule", (True,)), ("fla.chunk_gla", (True,)),
-         ("fla.chunk_rwkv6", (True,)), ("fla.chunk_rwkv7", (True,))]
+# (op, kinds of decay seqdsl passes it)
+CASES = [("fla.chunk_simple_gla", ("none", "scalar")), ("fla.chunk_delta_rule", ("none",)),
+         ("fla.chunk_gated_delta_rule", ("scalar",)), ("fla.chunk_gla", ("vector",)),
+         ("fla.chunk_rwkv6", ("vector",)), ("fla.chunk_rwkv7", ("vector",))]
 
 
 def main(argv=None) -> int:
@@ -44,13 +44,13 @@ def main(argv=None) -> int:
     for dtype_name in args.dtypes.split(","):
         dtype = getattr(torch, dtype_name)
         for op, variants in CASES:
-            for gated in variants:
+            for decay in variants:
                 t0 = time.perf_counter()
-                ok, detail = fla_paths.self_check(op, dtype, device, 64, 64, gated=gated)
-                rows.append({"op": op, "dtype": dtype_name, "gated": gated, "ok": ok, "detail": detail,
+                ok, detail = fla_paths.self_check(op, dtype, device, 64, 64, decay=decay)
+                rows.append({"op": op, "dtype": dtype_name, "decay": decay, "ok": ok, "detail": detail,
                              "seconds": round(time.perf_counter() - t0, 1)})
                 r = rows[-1]
-                print(f"{op:<28} {dtype_name:<9} {'gated' if gated else 'no decay':<9} "
+                print(f"{op:<28} {dtype_name:<9} {decay:<7} "
                       f"{'ok' if ok else 'FAIL'} {r['seconds']:>6.1f}s {detail[:120]}", flush=True)
                 Path(args.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
     print(f"{meta['device']}, torch {meta['torch']}, triton {meta['triton']}, {meta['date']}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from seqdsl.check.registry import Finding, ModelContext, rule
 from seqdsl.ir import nodes
+from seqdsl.ir import layout
 
 
 def _layers(model: nodes.Model) -> dict[str, list[int]]:
@@ -106,25 +107,8 @@ def head_layout(ctx: ModelContext):
 
     Fix: set `heads` explicitly, or change `head_dim`, `expand`, `d_model` or `qk_groups` so
     they divide."""
-    seen = set()
-    for name in ctx.model.mixer:
-        if name in seen:
-            continue
-        seen.add(name)
-        m = ctx.program.mixer(name)
-        inner = m.expand * ctx.model.d_model
-        if m.heads == "auto" and inner % m.head_dim:
-            yield Finding(
-                f"mixer {name}: heads = auto needs expand x d_model = {m.expand} x "
-                f"{ctx.model.d_model} = {inner} to be a multiple of head_dim {m.head_dim}",
-                ctx.span("d_model"),
-                "the model cannot be built",
-                f"set `heads` in mixer {name}, or a head_dim that divides {inner}")
-            continue
-        heads = m.heads if m.heads != "auto" else inner // m.head_dim
-        if m.qk_groups != "auto" and heads % m.qk_groups:
-            yield Finding(
-                f"mixer {name}: qk_groups = {m.qk_groups} does not divide its {heads} heads",
-                ctx.span("d_model"),
-                "the heads cannot share query/key groups evenly; the model cannot be built",
-                f"set qk_groups in mixer {name} to a divisor of {heads}")
+    for name in dict.fromkeys(ctx.model.mixer):  # each mixer once, in layer order
+        try:
+            layout.head_layout(ctx.program.mixer(name), ctx.model.d_model)
+        except layout.LayoutError as err:
+            yield Finding(str(err), ctx.span("d_model"), "the model cannot be built", err.fix)

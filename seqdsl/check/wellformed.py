@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from seqdsl.check.registry import Finding, MixerContext, rule
 from seqdsl.ir import nodes
+from seqdsl.ir.conflicts import conflicts
 
 # Head dims the generated Triton kernels and the flash / fla backends take.
 BACKEND_HEAD_DIMS = (16, 32, 64, 128, 256)
-# Features whose dot products are never negative (taylor: 1 + x + x^2/2 > 0).
-NONNEGATIVE_FEATURES = ("elu1", "relu", "taylor")
 
 
 @rule("W001", "conflicting-choices", "W", "error")
@@ -26,48 +25,17 @@ def conflicting_choices(ctx: MixerContext):
     weights. State update rules (delta, RWKV-7, RWKV-6's bonus) and feature maps (elu1, relu,
     taylor) belong to the recurrent family and have no meaning under softmax weights.
     Sum-normalised linear weights divide by the sum of the scores, which needs non-negative
-    scores (a positive feature map). Chunk selection under chunk-local visibility has no
-    earlier chunk to select. A decay with softmax weights is allowed (a recency bias on the
-    scores, as in Forgetting-Transformer-style attention) and is judged by V003 alone.
+    scores (a positive feature map). Chunk selection defines its own visibility, so it takes
+    no window, chunk-local visibility or ALiBi; top-k selection takes no decay. A scalar decay
+    with softmax weights is allowed (a recency bias on the scores, as in Forgetting-Transformer-
+    style attention) and is judged by V003 alone. The list lives in seqdsl/ir/conflicts.py and
+    is the same one the lowering refuses to build.
 
     Paper: not a finding of the paper; the backends need one meaning per spec.
 
     Fix: the message names the two slots in conflict; change one of them."""
-    m = ctx.mixer
-    softmax = isinstance(m.weights, nodes.Softmax)
-    feature = getattr(m.relation, "feature", "identity")
-    if isinstance(m.select, nodes.Top) and not softmax:
-        yield Finding(
-            f"`select = top(...)` with `{m.weights.kind}` weights: selection mixes the selected "
-            f"keys with a softmax",
-            ctx.span("select"), "the spec must describe one mixer",
-            "`weights = softmax`, or `select = none` for a recurrent mixer")
-    if softmax and (not isinstance(m.update, nodes.Additive) or m.update.bonus):
-        shown = "additive(bonus=true)" if isinstance(m.update, nodes.Additive) else m.update.kind
-        yield Finding(
-            f"`update = {shown}` with softmax weights: state update rules exist only for the "
-            f"recurrent (linear-weights) family",
-            ctx.span("update"), "the spec must describe one mixer",
-            "`update = additive`, or linear weights for a recurrent mixer")
-    if softmax and feature != "identity":
-        yield Finding(
-            f"feature map `{feature}` with softmax weights: feature maps replace the softmax "
-            f"kernel in linear attention",
-            ctx.span("relation", "feature"), "the spec must describe one mixer",
-            "`feature = identity`, or linear weights for linear attention")
-    if isinstance(m.weights, nodes.NormalizedLinear) and feature not in NONNEGATIVE_FEATURES:
-        source = f"feature `{feature}`" if isinstance(m.relation, nodes.Dot) else f"`{m.relation.kind}`"
-        yield Finding(
-            f"`normalized_linear` weights with {source}: the scores can be negative, so their "
-            f"sum can be zero",
-            ctx.span("weights"), "normalised linear weights need non-negative scores",
-            "`relation = dot(feature=elu1)` (or relu, taylor)")
-    if (isinstance(m.select, nodes.Top) and isinstance(m.select.over, nodes.Chunk)
-            and isinstance(m.visibility, nodes.ChunkLocal)):
-        yield Finding(
-            "chunk selection under `chunk_local` visibility: no earlier chunk is visible to select",
-            ctx.span("visibility"), "the spec must describe one mixer",
-            "`visibility = full`")
+    for c in conflicts(ctx.mixer):
+        yield Finding(c.message, ctx.span(*c.where), "the spec must describe one buildable mixer", c.fix)
 
 
 def _chunk_sizes(m: nodes.Mixer) -> list[tuple[int, tuple[str, ...], str]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 
 
@@ -64,9 +65,17 @@ def run(args: argparse.Namespace) -> int:
     spec = pick_model(program, args.model)
     if args.preset:
         spec = with_preset(spec, args.preset)
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    with torch.device("meta"):
-        lm = LanguageModel(program, spec)
+    try:
+        device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    except RuntimeError:
+        raise SeqError(f"unknown device {args.device!r}", hint="use cpu, cuda or cuda:N") from None
+    try:
+        with torch.device("meta"):
+            lm = LanguageModel(program, spec)
+    except (RuntimeError, ValueError, TypeError, OverflowError) as err:
+        # sizes the spec language accepts but torch cannot allocate (e.g. 10^20 heads)
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise SeqError(f"cannot build model {spec.name}: {first}") from None
     total = lm.num_parameters()
     body = lm.num_parameters(exclude_embedding=True)
     print(f"model {spec.name}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "

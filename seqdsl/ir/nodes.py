@@ -23,6 +23,12 @@ from typing import Annotated, ClassVar, Literal, Union
 from pydantic import BaseModel, ConfigDict, Field
 
 
+# Upper bound of every count and size in a spec (heads, widths, windows, contexts...): far above
+# any real model, low enough that a typo like 10^20 heads is a located spec error, not an
+# overflow deep inside torch.
+MAX_SIZE = 2**24
+
+
 class Node(BaseModel):
     """Base of every IR node: immutable, no unknown fields, hashable."""
 
@@ -84,7 +90,7 @@ class RandomKeys(Primitive):
     with `seed`: the score still depends on the query's content but not on the key token's."""
 
     kind: Literal["random_keys"] = "random_keys"
-    seed: int = Field(0, ge=0)
+    seed: int = Field(0, ge=0, le=2**32 - 1)
 
 
 class ConstKeys(Primitive):
@@ -116,7 +122,7 @@ class Window(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("size",)
     kind: Literal["window"] = "window"
-    size: int = Field(gt=0)
+    size: int = Field(gt=0, le=MAX_SIZE)
 
 
 class ChunkLocal(Primitive):
@@ -124,7 +130,7 @@ class ChunkLocal(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("size",)
     kind: Literal["chunk_local"] = "chunk_local"
-    size: int = Field(gt=0)
+    size: int = Field(gt=0, le=MAX_SIZE)
 
 
 Visibility = Annotated[Union[Full, Window, ChunkLocal], Field(discriminator="kind")]
@@ -175,7 +181,7 @@ class Chunk(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("size",)
     kind: Literal["chunk"] = "chunk"
-    size: int = Field(gt=0)
+    size: int = Field(gt=0, le=MAX_SIZE)
 
 
 Over = Annotated[Union[Element, Chunk], Field(discriminator="kind")]
@@ -199,7 +205,7 @@ class Top(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("k",)
     kind: Literal["top"] = "top"
-    k: int = Field(1, gt=0)
+    k: int = Field(1, gt=0, le=MAX_SIZE)
     over: Over = Element()
     score: Literal["max", "mean", "lse"] = "max"
     local: bool = True
@@ -282,7 +288,7 @@ class CausalConv(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("size",)
     kind: Literal["causal"] = "causal"
-    size: int = Field(4, gt=0)
+    size: int = Field(4, gt=0, le=MAX_SIZE)
 
 
 class TokenShift(Primitive):
@@ -351,11 +357,11 @@ class Mixer(Node):
     1 = one B and one C for every head); `auto` gives every head its own."""
 
     name: str
-    heads: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
-    head_dim: int = Field(64, gt=0)
-    expand: int = Field(1, gt=0)
-    key_dim: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
-    qk_groups: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
+    heads: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
+    head_dim: int = Field(64, gt=0, le=MAX_SIZE)
+    expand: int = Field(1, gt=0, le=MAX_SIZE)
+    key_dim: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
+    qk_groups: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
     position: Position = NoPosition()
     relation: Relation = Dot()
     visibility: Visibility = Full()
@@ -385,7 +391,7 @@ class SwiGLU(Primitive):
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("hidden",)
     kind: Literal["swiglu"] = "swiglu"
-    hidden: Union[Annotated[int, Field(gt=0)], Auto] = "auto"
+    hidden: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
 
 
 class NoMlp(Primitive):
@@ -410,14 +416,14 @@ class Model(Node):
     which the checker compares windows and decay horizons against."""
 
     name: str
-    layers: int = Field(gt=0)
-    d_model: int = Field(gt=0)
+    layers: int = Field(gt=0, le=MAX_SIZE)
+    d_model: int = Field(gt=0, le=MAX_SIZE)
     mlp: Mlp = SwiGLU()
-    vocab: int = Field(gt=0)
+    vocab: int = Field(gt=0, le=MAX_SIZE)
     tie: bool = True
     mixer: tuple[str, ...] = Field(min_length=1)
     block: Block = "transformer"
-    context: int = Field(2048, gt=0)
+    context: int = Field(2048, gt=0, le=MAX_SIZE)
 
 
 # Sizes of the presets a model may start from (`preset = "110m"`); explicit fields override.

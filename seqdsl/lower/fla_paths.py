@@ -22,10 +22,19 @@ from seqdsl.ir import nodes
 from seqdsl.lower.reference import recurrent as rec_ref
 
 _MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims stay on the reference
+_VECTOR_OPS = ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
 
 
-def op_for(spec: nodes.Mixer) -> tuple[str | None, str]:
-    """(fla op name, "") for a spec fla can run, else (None, why not)."""
+def decay_kind(log_decay: Tensor | None) -> str:
+    """"none", "scalar" (B, T, H) or "vector" (B, T, H, K): fla takes different kernels."""
+    return "none" if log_decay is None else "scalar" if log_decay.dim() == 3 else "vector"
+
+
+def op_for(spec: nodes.Mixer, K: int, V: int) -> tuple[str | None, str]:
+    """(fla op name, "") for a spec fla can run with key width K and value width V, else
+    (None, why not)."""
+    if min(K, V) < _MIN_DIM:
+        return None, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
     try:
         with warnings.catch_warnings():  # fla warns when imported on a machine without a GPU
             warnings.simplefilter("ignore")
@@ -57,13 +66,18 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
 
     q, k, v = (t.contiguous() for t in (q, k, v))
     common = dict(scale=1.0, initial_state=S, output_final_state=True)
+    if op in _VECTOR_OPS:  # these kernels take one log decay per key channel, always
+        if log_decay is None:
+            log_decay = torch.zeros_like(k)
+        elif log_decay.dim() == 3:
+            log_decay = log_decay[..., None].expand_as(k)
+        log_decay = log_decay.contiguous()
     if op == "fla.chunk_simple_gla":
         return ops.simple_gla.chunk_simple_gla(q, k, v, g=log_decay, **common)
     if op == "fla.chunk_gla":
         return ops.gla.chunk_gla(q, k, v, g=log_decay, **common)
     if op == "fla.chunk_rwkv6":
-        w = log_decay if log_decay is None or log_decay.dim() == 4 else log_decay[..., None].expand_as(k)
-        return ops.rwkv6.chunk_rwkv6(q, k, v, w=w.contiguous(), u=bonus, **common)
+        return ops.rwkv6.chunk_rwkv6(q, k, v, w=log_decay, u=bonus, **common)
     if op == "fla.chunk_delta_rule":
         return ops.delta_rule.chunk_delta_rule(q, k, v, beta=beta, **common)
     if op == "fla.chunk_gated_delta_rule":
@@ -105,17 +119,16 @@ def _reference(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
               initial_state=S)
 
 
-def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, gated: bool, T: int = 80):
-    """Random inputs shaped like a real call (T not a multiple of fla's chunk of 64); `gated`
-    says whether the call passes a decay, since fla takes different kernels without one."""
+def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, decay: str, T: int = 80):
+    """Random inputs shaped like a real call (T not a multiple of fla's chunk of 64), with the
+    call's kind of decay, since fla takes different kernels for each."""
     g = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
     B, H = 1, 2
     q, k, v = rnd(B, T, H, K) * K ** -0.5, rnd(B, T, H, K), rnd(B, T, H, V)
-    vector = op in ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
-    log_decay = -torch.rand(B, T, H, *((K,) if vector else ()), generator=g).to(device) * 0.5
-    if not gated and not vector:
-        log_decay = None
+    log_decay = None
+    if decay != "none":
+        log_decay = -torch.rand(B, T, H, *((K,) if decay == "vector" else ()), generator=g).to(device) * 0.5
     beta = torch.sigmoid(rnd(B, T, H)) if "delta" in op else None
     bonus = rnd(H, K) * 0.1 if op == "fla.chunk_rwkv6" else None
     a = torch.sigmoid(rnd(B, T, H, K)) if op == "fla.chunk_rwkv7" else None
@@ -129,19 +142,26 @@ def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, g
 
 @functools.lru_cache(maxsize=None)
 def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V: int = 64,
-               gated: bool = True) -> tuple[bool, str]:
+               decay: str = "scalar") -> tuple[bool, str]:
     """(True, "") when `op` matches the reference (outputs, final state, input gradients) on
     this machine for calls shaped like (K, V, with or without a decay); else (False, what went
     wrong). The first call compiles and autotunes fla's kernels: seconds to a minute per op."""
     if min(K, V) < _MIN_DIM:
         return False, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
-    known = _known_refusal(op, gated)
+    known = _known_refusal(op, decay != "none")
     if known:  # fla would refuse only in the backward pass, after minutes of compiling
         return False, known
+    # the check runs its own forward and backward, whatever the caller is doing: under
+    # no_grad (evaluation, generation) or autocast it would otherwise fail or test the wrong thing
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        return _self_check(op, dtype, device, K, V, decay)
+
+
+def _self_check(op, dtype, device, K, V, decay) -> tuple[bool, str]:
     # norm-relative tolerances: fla's float32 dots may run as tf32 (~1e-3 in norm terms)
     tol = {torch.float32: 5e-3, torch.bfloat16: 5e-2, torch.float16: 1e-2}.get(dtype, 5e-3)
     try:
-        args = _inputs(op, K, V, dtype, device, gated)
+        args = _inputs(op, K, V, dtype, device, decay)
         leaves = [t.detach().requires_grad_() if t is not None and t.is_floating_point() else t for t in args]
         o, S = _call(op, *leaves)
         (o.float().square().sum() + S.float().square().sum()).backward()

@@ -16,7 +16,7 @@ token by token (`generate`). Decoding step by step equals the full forward (test
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F

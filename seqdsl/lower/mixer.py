@@ -32,6 +32,8 @@ from torch import Tensor, nn
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
+from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.lower.reference.attention import alibi_slopes, rope
 from seqdsl.lower.reference.features import feature_dim, feature_map
 
@@ -72,20 +74,6 @@ class Mixed:
     extra: dict = field(default_factory=dict)
 
 
-def resolve_heads(mixer: nodes.Mixer, d_model: int) -> tuple[int, int, int]:
-    """(H, Dk, Dv) for this mixer inside a model of width d_model."""
-    Dv = mixer.head_dim
-    H = mixer.heads if mixer.heads != "auto" else (mixer.expand * d_model) // Dv
-    if H < 1:
-        raise LoweringError(f"mixer `{mixer.name}`: expand * d_model = {mixer.expand * d_model} is "
-                            f"smaller than head_dim = {Dv}; no head fits")
-    Dk = mixer.key_dim if mixer.key_dim != "auto" else Dv
-    G = mixer.qk_groups if mixer.qk_groups != "auto" else H
-    if H % G:
-        raise LoweringError(f"mixer `{mixer.name}`: qk_groups = {G} does not divide its {H} heads")
-    return H, Dk, Dv
-
-
 def retnet_gammas(heads: int) -> Tensor:
     """RetNet's per-head decay schedule gamma_h = 1 - 2^(-5-h)."""
     return 1.0 - torch.pow(2.0, -5.0 - torch.arange(heads, dtype=torch.float64))
@@ -97,13 +85,20 @@ class MixerModule(nn.Module):
         self.spec = mixer
         self.d_model = d_model
         self.context = context
-        self.H, self.Dk, self.Dv = H, Dk, Dv = resolve_heads(mixer, d_model)
-        # heads share query/key projections in groups (Mamba's ngroups)
-        self.G = G = mixer.qk_groups if mixer.qk_groups != "auto" else H
-        rel, sel = mixer.relation, mixer.select
+        problems = [c.message for c in conflicts(mixer)]
+        if problems:
+            raise LoweringError(f"mixer `{mixer.name}` cannot be lowered: " + "; ".join(problems),
+                                hint="`seqdsl check` reports these as W001 with their places")
+        try:
+            layout = head_layout(mixer, d_model)
+        except LayoutError as err:
+            raise LoweringError(str(err), hint=err.fix) from None
+        # G query/key projections, each shared by H / G heads (Mamba's ngroups)
+        self.H, self.Dk, self.Dv, self.G = H, Dk, Dv, G = (
+            layout.heads, layout.key_dim, layout.head_dim, layout.qk_groups)
+        rel = mixer.relation
         self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
         self.F = feature_dim(self.feature, Dk)
-        self._validate()
 
         # (1) inputs
         if isinstance(mixer.conv, nodes.TokenShift):
@@ -166,27 +161,6 @@ class MixerModule(nn.Module):
         from seqdsl.lower.paths import PathChooser
 
         self.paths = PathChooser(self)
-
-    # --- validation --------------------------------------------------------------------------------
-
-    def _validate(self) -> None:
-        m, name = self.spec, self.spec.name
-        softmax = isinstance(m.weights, nodes.Softmax)
-        problems = []
-        if isinstance(m.select, nodes.Top) and not softmax:
-            problems.append("top-k selection needs softmax weights")
-        if softmax and not (isinstance(m.update, nodes.Additive) and not m.update.bonus):
-            problems.append(f"update `{m.update.kind}` belongs to the recurrent family (linear weights)")
-        if softmax and isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity == "vector":
-            problems.append("a per-channel decay cannot act on softmax scores; use data_dependent(scalar)")
-        if not softmax and isinstance(m.relation, nodes.Positional):
-            problems.append("a positional-only relation needs softmax weights")
-        if not softmax and not isinstance(m.visibility, nodes.Full):
-            problems.append("the recurrent family runs with full visibility; windows need softmax weights")
-        if isinstance(m.weights, nodes.NormalizedLinear) and self.feature in ("identity", "taylor"):
-            pass  # taylor features are positive-definite in sum; identity is the user's choice
-        if problems:
-            raise LoweringError(f"mixer `{name}` cannot be lowered: " + "; ".join(problems))
 
     # --- (1) inputs --------------------------------------------------------------------------------
 
@@ -342,13 +316,14 @@ class MixerModule(nn.Module):
                 log_decay = log_decay + alibi
             else:
                 log_decay = log_decay + alibi[..., None]
-        q = q * self.score_scale()
-        mixed = Mixed(q=q, k=k, v=v, log_decay=log_decay)
         update = self.spec.update
         if isinstance(update, nodes.Delta):
-            # delta rules need unit-norm keys so that (I - beta k k^T) is a contraction
-            mixed.k = F.normalize(k, dim=-1)
-            mixed.q = F.normalize(q, dim=-1)
+            # delta rules need unit-norm keys so that (I - beta k k^T) is a contraction; q is
+            # normalised too (DeltaNet's choice), and scaled after, so the scale survives
+            q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+        q = q * self.score_scale()
+        mixed = Mixed(q=q, k=k, v=v, log_decay=log_decay)
+        if isinstance(update, nodes.Delta):
             mixed.beta = torch.sigmoid(self.beta_proj(x))
         elif isinstance(update, nodes.Rwkv7):
             mixed.a = torch.sigmoid(self.a_proj(x)).view(B, T, self.H, self.Dk)

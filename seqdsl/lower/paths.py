@@ -17,7 +17,7 @@ Paths:
                     generated Triton kernels for the Top-1 family land)
     recurrent family
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
-        reference   chunked_ref (recurrent_ref for single steps and for rwkv7)
+        reference   chunked_ref (recurrent_ref for single steps)
 
 `set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
 "reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
@@ -29,10 +29,12 @@ from __future__ import annotations
 import logging
 import os
 import warnings
+from dataclasses import fields, replace
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.lower.reference import attention as attn_ref
 from seqdsl.lower.reference import recurrent as rec_ref
@@ -44,7 +46,7 @@ log = logging.getLogger("seqdsl")
 class PathChooser:
     def __init__(self, module):
         self.module = module  # not an nn.Module itself, so this registers nothing
-        self.force: str | None = os.environ.get("SEQDSL_PATH") or None
+        self.force: str | None = _forced_from_env()
         self.chosen: dict[str, tuple[str, str]] = {}
 
     def describe(self) -> dict[str, tuple[str, str]]:
@@ -81,7 +83,7 @@ class PathChooser:
             from seqdsl.lower import fla_paths
 
             ok, detail = fla_paths.self_check(path, m.q.dtype, device, m.q.shape[-1], m.v.shape[-1],
-                                              gated=m.log_decay is not None)
+                                              decay=fla_paths.decay_kind(m.log_decay))
             if ok:
                 self._record(device, (path, why))
                 return fla_paths.run(path, m, S)
@@ -91,11 +93,24 @@ class PathChooser:
                               "running the reference instead", stacklevel=2)
             path, why = fallback
         self._record(device, (path, why))
-        return _recurrent_reference(m, S, step=path == "reference.recurrent")
+        return _recurrent_reference(self.module, m, S, path == "reference.recurrent")
+
+
+FORCEABLE = ("reference", "reference.recurrent", "reference.chunked")
+
+
+def _forced_from_env() -> str | None:
+    value = os.environ.get("SEQDSL_PATH") or None
+    if value is not None and value not in FORCEABLE:
+        raise SeqError(f"SEQDSL_PATH={value!r} is not a path seqdsl can force",
+                       hint=f"use one of {', '.join(FORCEABLE)}, or unset it")
+    return value
 
 
 def set_path(model: torch.nn.Module, path: str | None) -> None:
-    """Force every mixer in `model` onto `path` ("reference", or None for automatic)."""
+    """Force every mixer in `model` onto `path` (one of FORCEABLE, or None for automatic)."""
+    if path is not None and path not in FORCEABLE:
+        raise ValueError(f"cannot force path {path!r}; choose one of {FORCEABLE}")
     for sub in model.modules():
         chooser = getattr(sub, "paths", None)
         if isinstance(chooser, PathChooser):
@@ -127,7 +142,8 @@ def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[st
     if force != "reference" and device.type == "cuda":
         from seqdsl.lower import fla_paths
 
-        op, why_not = fla_paths.op_for(spec)
+        values = module.Dv + isinstance(spec.weights, nodes.NormalizedLinear)  # + normaliser column
+        op, why_not = fla_paths.op_for(spec, module.F, values)
         if op is not None:
             return op, "flash-linear-attention chunked kernel"
         reason = why_not
@@ -135,8 +151,6 @@ def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[st
         reason = "forced"
     else:
         reason = f"no fast kernel on {device.type}"
-    if isinstance(spec.update, nodes.Rwkv7):
-        return "reference.recurrent", f"{reason}; rwkv7 reference runs step by step"
     return "reference.chunked", reason
 
 
@@ -187,6 +201,29 @@ def _sdpa(module, m, pos: int) -> Tensor:
     return out.transpose(1, 2)
 
 
+def _in_float32(fn):
+    """Run a reference in float32 with autocast off, whatever the caller's precision: the
+    oracle's numerics must not depend on bf16 autocast (and torch has no bf16 kernels for some
+    of its steps, e.g. triangular solves on CPU). Outputs come back in the input dtype."""
+
+    def wrapped(module, m, *args):
+        dtype = m.q.dtype
+        if dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(m.q.device.type):
+            return fn(module, m, *args)
+        up = lambda t: t.float() if isinstance(t, Tensor) and t.is_floating_point() else t
+        m32 = replace(m, **{f.name: up(getattr(m, f.name)) for f in fields(m) if f.name != "extra"},
+                      extra={k: up(v) for k, v in m.extra.items()})
+        args = tuple(up(a) for a in args)
+        with torch.autocast(m.q.device.type, enabled=False):
+            out = fn(module, m32, *args)
+        if isinstance(out, tuple):  # (o, state): the state stays float32 between calls
+            return (out[0].to(dtype),) + out[1:]
+        return out.to(dtype)
+
+    return wrapped
+
+
+@_in_float32
 def _softmax_reference(module, m, pos: int) -> Tensor:
     """The oracle. Queries are padded with zero rows for the cached positions so the reference
     (which scores a square T x T problem) sees every key at its true position; only the last T
@@ -218,7 +255,8 @@ def _softmax_reference(module, m, pos: int) -> Tensor:
 # --- recurrent implementations -----------------------------------------------------------------------
 
 
-def _recurrent_reference(m, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
+@_in_float32
+def _recurrent_reference(module, m, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
     kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_update_kind(m), bonus=m.extra.get("bonus"),
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:

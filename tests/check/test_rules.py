@@ -127,7 +127,7 @@ def test_temperature_grades():
     ("    update = additive(bonus=true)", "bonus=true"),
     ("    relation = dot(feature=elu1)", "feature map `elu1`"),
     ("    relation = dot(feature=identity)\n    weights = normalized_linear", "can be negative"),
-    ("    visibility = chunk_local(128)\n    select = top(1, over=chunk(128))", "no earlier chunk"),
+    ("    visibility = chunk_local(128)\n    select = top(1, over=chunk(128))", "chunk selection defines which keys are visible"),
 ])
 def test_conflicting_choices(body, fragment):
     report = check(body)

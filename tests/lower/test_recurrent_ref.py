@@ -12,7 +12,6 @@ fla's naive files are loaded straight from their paths: they need only torch and
 from __future__ import annotations
 
 import importlib.util
-import math
 from pathlib import Path
 
 import pytest

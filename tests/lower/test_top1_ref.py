@@ -8,7 +8,6 @@ differentiable. float64 throughout, small shapes with odd lengths.
 
 from __future__ import annotations
 
-import math
 
 import pytest
 import torch

@@ -1,0 +1,133 @@
+"""What the lowering promises beyond the numbers: `seqdsl check` and the lowering agree on what
+can be built; mixed precision and no-grad calls work on every spec; forced paths are validated;
+the fla argument mapping is what the self-check tests."""
+
+from __future__ import annotations
+
+import sys
+import types
+
+import pytest
+import torch
+from hypothesis import given, settings
+
+from seqdsl.errors import SeqError
+from seqdsl.ir import nodes
+from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.layout import LayoutError, head_layout
+from seqdsl.lower import fla_paths
+from seqdsl.lower.lm import LanguageModel
+from seqdsl.lower.mixer import LoweringError, MixerModule
+from seqdsl.lower.paths import set_path
+from tests.language.strategies import mixers
+from tests.spec_library import SPEC_FILES, SPEC_IDS, spec_model
+
+
+@settings(max_examples=150, deadline=None)
+@given(mixer=mixers("m"))
+def test_lowering_builds_exactly_what_the_checker_accepts(mixer):
+    try:
+        head_layout(mixer, 128)
+        fits = True
+    except LayoutError:
+        fits = False
+    buildable = fits and not conflicts(mixer)
+    with torch.device("meta"):
+        if buildable:
+            MixerModule(mixer, 128, context=64)
+        else:
+            with pytest.raises(LoweringError):
+                MixerModule(mixer, 128, context=64)
+
+
+@pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
+def test_bf16_autocast_forward_backward_and_no_grad_decode(path):
+    program, model = spec_model(path, vocab=64)
+    model = model.model_copy(update={"context": 64})
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model)
+    tokens = torch.randint(0, 64, (2, 33))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = lm.loss(tokens[:, :-1], tokens[:, 1:])
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert all(torch.isfinite(p.grad).all() for p in lm.parameters() if p.grad is not None)
+    with torch.no_grad():
+        out = lm.generate(tokens[:, :5], steps=3)
+    assert out.shape == (2, 8)
+
+
+def test_forcing_an_unknown_path_is_refused(monkeypatch):
+    program, model = spec_model(SPEC_FILES[0], vocab=64)
+    lm = LanguageModel(program, model)
+    with pytest.raises(ValueError):
+        set_path(lm, "refernce")
+    monkeypatch.setenv("SEQDSL_PATH", "fast-please")
+    with pytest.raises(SeqError, match="SEQDSL_PATH"):
+        LanguageModel(program, model)
+
+
+# --- fla argument mapping, with fla's entry points replaced by recorders ---------------------------
+
+
+@pytest.fixture
+def recorded_fla(monkeypatch):
+    calls = {}
+
+    def recorder(name):
+        def fn(*args, **kwargs):
+            calls[name] = (args, kwargs)
+            q, v = args[0], args[2] if name != "chunk_rwkv7" else args[3]
+            return torch.zeros_like(v), torch.zeros(q.shape[0], q.shape[2], q.shape[3], v.shape[3])
+        return fn
+
+    ops = types.SimpleNamespace(**{
+        pkg: types.SimpleNamespace(**{fn: recorder(fn)})
+        for pkg, fn in [("simple_gla", "chunk_simple_gla"), ("gla", "chunk_gla"), ("rwkv6", "chunk_rwkv6"),
+                        ("rwkv7", "chunk_rwkv7"), ("delta_rule", "chunk_delta_rule"),
+                        ("gated_delta_rule", "chunk_gated_delta_rule")]})
+    monkeypatch.setitem(sys.modules, "fla", types.SimpleNamespace(ops=ops))
+    return calls
+
+
+def _qkv(B=1, T=5, H=2, K=16, V=16):
+    return torch.randn(B, T, H, K), torch.randn(B, T, H, K), torch.randn(B, T, H, V)
+
+
+@pytest.mark.parametrize("op", ["fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7"])
+@pytest.mark.parametrize("decay", ["none", "scalar"])
+def test_per_channel_kernels_get_a_per_channel_decay(recorded_fla, op, decay):
+    q, k, v = _qkv()
+    log_decay = None if decay == "none" else -torch.rand(1, 5, 2)
+    bonus = torch.zeros(2, 16) if op == "fla.chunk_rwkv6" else None
+    a = torch.rand(1, 5, 2, 16) if op == "fla.chunk_rwkv7" else None
+    kappa = torch.randn(1, 5, 2, 16) if a is not None else None
+    fla_paths._call(op, q, k, v, log_decay, None, bonus, a, kappa, None)
+    args, kwargs = recorded_fla[op.split(".")[1]]
+    g = args[1] if op == "fla.chunk_rwkv7" else kwargs.get("g", kwargs.get("w"))
+    assert g.shape == k.shape
+    expected = torch.zeros_like(k) if log_decay is None else log_decay[..., None].expand_as(k)
+    torch.testing.assert_close(g, expected)
+    assert kwargs["scale"] == 1.0 and kwargs["output_final_state"]
+    if op == "fla.chunk_rwkv7":  # reference rule (4) in fla's dplr form: a = -kappa, b = kappa * a
+        torch.testing.assert_close(args[4], -kappa)
+        torch.testing.assert_close(args[5], kappa * a)
+
+
+def test_op_choice_follows_the_spec_and_the_tile_width():
+    with_update = lambda **kw: nodes.Mixer(name="m", weights=nodes.Linear(), **kw)
+    vector = nodes.DataDependentDecay(granularity="vector")
+    scalar = nodes.DataDependentDecay(granularity="scalar")
+    cases = {
+        "fla.chunk_simple_gla": with_update(decay=scalar),
+        "fla.chunk_gla": with_update(decay=vector),
+        "fla.chunk_rwkv6": with_update(decay=vector, update=nodes.Additive(bonus=True)),
+        "fla.chunk_rwkv7": with_update(decay=vector, update=nodes.Rwkv7()),
+        "fla.chunk_delta_rule": with_update(update=nodes.Delta()),
+        "fla.chunk_gated_delta_rule": with_update(decay=scalar, update=nodes.Delta()),
+    }
+    pytest.importorskip("fla")
+    for op, mixer in cases.items():
+        assert fla_paths.op_for(mixer, 64, 64) == (op, "")
+    op, why = fla_paths.op_for(cases["fla.chunk_gla"], 16, 1)  # Mamba-1: one value per head
+    assert op is None and "16-wide" in why
