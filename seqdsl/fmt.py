@@ -7,6 +7,8 @@ The IR holds no comments (equality is structural), so `format_module` alone woul
   assignment, or a block's closing brace) and moves with that item when assignments are put in
   canonical order;
 - a trailing comment (`x = 1  # why`) stays at the end of its item's line;
+- when several items share a line (`mixer a { heads = 4 }  # why`), that line's comments go to
+  the first of them, so each comment is printed once;
 - comments after the last item of the file stay at the end.
 
 Blank lines inside a comment block, or between it and its item, are kept as one blank line. Comments inside a multi-line
@@ -18,8 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seqdsl.ir import nodes
-from seqdsl.ir.printer import INDENT, decl_header, format_assign
-from seqdsl.parse import ast
+from seqdsl.ir.printer import INDENT, decl_header, format_assign, format_import
 from seqdsl.parse.parser import parse_text
 from seqdsl.passes.sourcemap import SourceMap
 from seqdsl.passes.typing import Typer
@@ -33,12 +34,22 @@ class _Comments:
 
 
 def _comment_start(line: str) -> int | None:
-    """Column of a `#` that starts a comment (not inside a string), or None."""
-    in_string = False
+    """Column of a `#` that starts a comment (not inside a string), or None.
+
+    Inside a string a backslash escapes the next character (`\\"` and `\\\\`, as the lexer reads
+    them), so `"x\\"#y"` is one string and `"x\\\\" # y` a string and a comment."""
+    in_string = escaped = False
     for i, ch in enumerate(line):
-        if ch == '"' and (i == 0 or line[i - 1] != "\\\\"):
-            in_string = not in_string
-        elif ch == "#" and not in_string:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+        elif ch == '"':
+            in_string = True
+        elif ch == "#":
             return i
     return None
 
@@ -47,7 +58,7 @@ def _collect(text: str, anchors: list[int]) -> _Comments:
     out = _Comments()
     pending: list[str] = []
     anchor_set = set(anchors)
-    lines = text.splitlines()
+    lines = text.split("\n")  # "\n" only, as the parser counts lines (not splitlines())
     for no, line in enumerate(lines, start=1):
         col = _comment_start(line)
         stripped = line.strip()
@@ -77,7 +88,21 @@ def format_source(text: str, path: str = "<string>") -> str:
         anchors += [d.span.line, d.span.end_line] + [a.span.line for a in d.assigns]
     comments = _collect(text, sorted(anchors))
 
-    def emit(out: list[str], line_no: int, code: str, indent: str = "") -> None:
+    # Several items may share a line (`mixer a { heads = 4 }  # why`); that line's comments
+    # belong to the first item on it in the source, so each is printed once.
+    items = [(i.span.line, i.span.column, ("import", n)) for n, i in enumerate(tree.imports)]
+    for n, d in enumerate(tree.decls):
+        items.append((d.span.line, d.span.column, ("decl", n)))
+        items += [(a.span.line, a.span.column, ("assign", n, a.key.value)) for a in d.assigns]
+        items.append((d.span.end_line, d.span.end_column, ("end", n)))
+    owner: dict[int, tuple] = {}
+    for line_no, _, item in sorted(items, key=lambda t: t[:2]):
+        owner.setdefault(line_no, item)
+
+    def emit(out: list[str], item: tuple, line_no: int, code: str, indent: str = "") -> None:
+        if owner.get(line_no) != item:
+            out.append(indent + code)
+            return
         for c in comments.above.get(line_no, []):
             out.append(indent + c if c else "")
         trailing = comments.inline.get(line_no)
@@ -86,25 +111,26 @@ def format_source(text: str, path: str = "<string>") -> str:
     parts: list[str] = []
     if tree.imports:
         block: list[str] = []
-        for imp, path_ in zip(tree.imports, module.imports):
-            emit(block, imp.span.line, f'import "{path_}"')
+        for n, (imp, path_) in enumerate(zip(tree.imports, module.imports)):
+            emit(block, ("import", n), imp.span.line, format_import(path_))
         parts.append("\n".join(block))
-    for src, decl in zip(tree.decls, module.decls):
+    for n, (src, decl) in enumerate(zip(tree.decls, module.decls)):
         block = []
         if not decl.assigns and src.span.line == src.span.end_line:
-            emit(block, src.span.line, decl_header(decl) + " {}")
+            emit(block, ("decl", n), src.span.line, decl_header(decl) + " {}")
         else:
-            emit(block, src.span.line, decl_header(decl) + " {")
+            emit(block, ("decl", n), src.span.line, decl_header(decl) + " {")
             key_lines = {a.key.value: a.span.line for a in src.assigns}
             for a in decl.assigns:
-                emit(block, key_lines[a.key], format_assign(a), INDENT)
-            # comments just above the closing brace stay inside the block
+                emit(block, ("assign", n, a.key), key_lines[a.key], format_assign(a), INDENT)
+            # comments just above the closing brace stay inside the block; a comment after the
+            # brace stays after it, unless the brace shares its line with an item before it
             end = src.span.end_line
-            for c in comments.above.get(end, []):
-                block.append(INDENT + c if c else "")
-            # a comment after the brace, unless the brace shares its line with an item above
-            owned = end == src.span.line or end in key_lines.values()
-            trailing = None if owned else comments.inline.get(end)
+            trailing = None
+            if owner.get(end) == ("end", n):
+                for c in comments.above.get(end, []):
+                    block.append(INDENT + c if c else "")
+                trailing = comments.inline.get(end)
             block.append("}" + (f"  {trailing}" if trailing else ""))
         parts.append("\n".join(block))
     if comments.tail:

@@ -100,6 +100,8 @@ def rule(code: str, name: str, pillar: str, severity: str):
         assert severity in SEVERITIES and pillar in PILLARS
         assert code not in RULES and all(r.name != name for r in RULES.values()), code
         assert func.__doc__, f"rule {code} needs a docstring: it is the rule's documentation"
+        for part in ("Why:", "Paper:", "Fix:"):  # what `seqdsl explain` promises to say
+            assert part in func.__doc__, f"rule {code}'s docstring needs a `{part}` paragraph"
         RULES[code] = Rule(code, name, pillar, severity, func)
         return func
 

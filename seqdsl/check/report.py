@@ -2,8 +2,8 @@
 
 Text, per diagnostic:
 
-    specs/window_256.seq:6:25: V001 [V error] finite-window: window(256) lets a token see ...
-       6 |     visibility = window(256)
+    specs/window_256.seq:8:25: V001 [V error] finite-window: window(256) lets a token see ...
+       8 |     visibility = window(256)
                                    ^^^
       why: full-sequence visibility: any earlier token must be reachable in one mixing step
       fix: `visibility = full`, or a window of at least 2048 tokens

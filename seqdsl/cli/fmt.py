@@ -4,6 +4,7 @@ inheritance applied (what the backends see); `--write` rewrites files in place, 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 import tempfile
@@ -24,10 +25,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    """Replace the file's text in one step. A symlink is written through (its target is
+    rewritten, the link stays a link) and the file keeps its permission bits (mkstemp would
+    leave 0600)."""
+    target = path.resolve()
+    mode = os.stat(target).st_mode & 0o7777
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, mode)
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,10 +19,12 @@ def encode_bytes(text: str) -> Tensor:
 def random_windows(tokens: Tensor, batch: int, length: int, generator: torch.Generator):
     """Endless (inputs, targets) pairs of shape (B, T): random windows of `tokens`, the targets
     shifted by one. Deterministic given the generator's seed."""
-    if tokens.numel() < length + 2:
-        raise ValueError(f"need more than {length + 1} tokens, got {tokens.numel()}")
+    if tokens.numel() < length + 1:
+        raise ValueError(f"need at least {length + 1} tokens, got {tokens.numel()}")
     offsets = torch.arange(length + 1)
     while True:
-        starts = torch.randint(0, tokens.numel() - length - 1, (batch, 1), generator=generator)
+        # a window is length + 1 tokens, so starts run over [0, numel - length - 1] inclusive
+        # (randint's upper bound is exclusive)
+        starts = torch.randint(0, tokens.numel() - length, (batch, 1), generator=generator)
         window = tokens[starts + offsets]
         yield window[:, :-1], window[:, 1:]

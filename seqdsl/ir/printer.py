@@ -45,9 +45,18 @@ def _format_primitive(p: nodes.Primitive) -> str:
 INDENT = "    "
 
 
+def quote(text: str) -> str:
+    """`text` as a string literal: `"` and `\\` escaped, the two escapes the lexer knows."""
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def format_import(path: str) -> str:
+    return f"import {quote(path)}"
+
+
 def format_assign(a: nodes.Assign) -> str:
     """`key = value` (no indent)."""
-    value = f'"{a.value}"' if a.key == "preset" else format_value(a.value)
+    value = quote(a.value) if a.key == "preset" else format_value(a.value)
     return f"{a.key} = {value}"
 
 
@@ -67,7 +76,7 @@ def format_module(module: nodes.Module) -> str:
     """Canonical text of a module (imports first, then declarations)."""
     parts = []
     if module.imports:
-        parts.append("\n".join(f'import "{p}"' for p in module.imports))
+        parts.append("\n".join(format_import(p) for p in module.imports))
     parts.extend(_format_decl(d) for d in module.decls)
     return "\n\n".join(parts) + "\n"
 

@@ -53,10 +53,16 @@ def _lark() -> Lark:
 
 
 class _Lines:
-    """Line lookup for building spans that carry their line's text."""
+    r"""Line lookup for building spans that carry their line's text.
+
+    Lines are split at "\n" only, as lark and the bracket scans count them: `str.splitlines()`
+    also breaks at \f, \v, \x1c-\x1e, \x85, \u2028 and \u2029, which would put every span after
+    such a character on the wrong line. One trailing "\r" per line (CRLF) is dropped for display."""
 
     def __init__(self, text: str, path: str):
-        self.lines = text.splitlines() or [""]
+        self.lines = [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
+        # the last line a reader sees: text ending in "\n" has no line after it
+        self.last = len(self.lines) - 1 if len(self.lines) > 1 and text.endswith("\n") else len(self.lines)
         self.path = path
 
     def span(self, line: int, column: int, end_line: int, end_column: int) -> Span:
@@ -232,8 +238,8 @@ def _explain(err: lark.exceptions.UnexpectedInput, text: str, lines: _Lines) -> 
     line = getattr(err, "line", None) or 1
     column = getattr(err, "column", None) or 1
     if line < 1:  # lark reports -1 for errors at end of input
-        line = len(lines.lines)
-        column = len(lines.lines[-1]) + 1
+        line = lines.last
+        column = len(lines.lines[line - 1]) + 1
     span = lines.span(line, column, line, column + 1)
 
     if isinstance(err, lark.exceptions.UnexpectedCharacters):

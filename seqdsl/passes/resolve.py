@@ -121,7 +121,8 @@ class _Resolver:
         return table
 
     def _merged(self, keyword: str, name: str, table, chain: tuple[str, ...]) -> dict[str, object]:
-        """The assignments of `name` with those of its bases underneath (nearest wins)."""
+        """The assignments of `name` with those of its bases underneath (nearest wins); a model's
+        `preset` is expanded into its sizes at the level where it is written."""
         decl = table[name]
         if name in chain:
             raise SeqSemanticError(f"{keyword} `{name}` extends itself (via {' -> '.join(chain + (name,))})",
@@ -132,17 +133,25 @@ class _Resolver:
                 raise SeqSemanticError(
                     f"{keyword} `{name}` extends unknown {keyword} `{decl.extends}`",
                     self.sources.get(keyword, name, "extends"),
-                    did_you_mean(decl.extends, table) or f"declare it or `import` the file that does")
+                    did_you_mean(decl.extends, table) or "declare it or `import` the file that does")
             values.update(self._merged(keyword, decl.extends, table, chain + (name,)))
             self.sources.copy_subtree((keyword, decl.extends), (keyword, name))
-        values.update({a.key: a.value for a in decl.assigns})
+        own = {a.key: a.value for a in decl.assigns}
+        preset = own.pop("preset", None)
+        if preset is not None:
+            # A preset is expanded where it is written: it overrides what the bases say and is
+            # overridden by what this block says (nearest wins). Its sizes point at `preset = ...`.
+            sizes = nodes.PRESET_SIZES[preset]
+            values.update(sizes)
+            span = self.sources.get(keyword, name, "preset")
+            for key in sizes:
+                if key not in own and span is not None:
+                    self.sources.add((keyword, name, key), span)
+        values.update(own)
         return values
 
     def _model(self, name: str, table, mixer_decls) -> nodes.Model:
-        values = self._merged("model", name, table, ())
-        preset = values.pop("preset", None)
-        fields = dict(nodes.PRESET_SIZES[preset]) if preset else {}
-        fields.update(values)
+        fields = self._merged("model", name, table, ())
         for required in ("layers", "d_model", "vocab", "mixer"):
             if required not in fields:
                 raise SeqSemanticError(

@@ -32,7 +32,3 @@ class SourceMap:
         for path, span in list(self._spans.items()):
             if path[:n] == src and dst + path[n:] not in self._spans:
                 self._spans[dst + path[n:]] = span
-
-    def update(self, other: "SourceMap") -> None:
-        for path, span in other._spans.items():
-            self._spans.setdefault(path, span)

@@ -100,7 +100,8 @@ mixer_decls = st.builds(nodes.MixerDecl, name=identifiers, extends=st.none() | i
                         assigns=_assigns(nodes.Mixer, nodes.MIXER_SLOTS))
 model_decls = st.builds(nodes.ModelDecl, name=identifiers, extends=st.none() | identifiers,
                         assigns=_assigns(nodes.Model, ("preset",) + nodes.MODEL_SLOTS))
-import_paths = st.from_regex(r"[A-Za-z0-9_./-]{1,16}\.seq", fullmatch=True)
+# `"` and `\` need escaping in a string literal; `#` must not start a comment inside one.
+import_paths = st.from_regex(r'[A-Za-z0-9_./\-"\\# ]{1,16}\.seq', fullmatch=True)
 modules = st.builds(nodes.Module, imports=st.lists(import_paths, max_size=3).map(tuple),
                     decls=st.lists(mixer_decls | model_decls, max_size=5).map(tuple))
 

@@ -122,7 +122,9 @@ def test_syntax_errors_are_syntax_errors():
 
 # --- fuzzing: nothing but SeqError, ever -----------------------------------------------------------
 
-ALPHABET = st.sampled_from(list('mixerodlxtnds{}()[]=,;#"\'.-+*/_ 0123456789\n\tabcwkvqé\x00'))
+# \r, \f, \x0b, \x1c, \x85 and \u2028 end a line for str.splitlines() but not for the lexer.
+ALPHABET = st.sampled_from(list('mixerodlxtnds{}()[]=,;#"\'.-+*/_ 0123456789\n\tabcwkvqé\x00'
+                                '\r\f\x0b\x1c\x85\u2028'))
 
 
 def _parse_only_seq_errors(text: str) -> None:
@@ -198,3 +200,67 @@ def test_nul_byte_in_an_import_path():
     with pytest.raises(SeqError, match="embedded null byte") as info:
         loads('import "a\x00b.seq"\n', "spec.seq")
     assert info.value.span.column == 8
+
+
+# --- line breaks: only "\n" ends a line ------------------------------------------------------------
+
+# Characters that str.splitlines() treats as line ends but the lexer does not.
+NOT_NEWLINES = ["\r", "\f", "\x0b", "\x1c", "\x85", "\u2028"]
+
+
+@pytest.mark.parametrize("ch", NOT_NEWLINES, ids=lambda c: f"U+{ord(c):04X}")
+def test_span_line_text_after_a_splitlines_break_in_a_comment(ch):
+    """Found in review: spans took their line's text from `splitlines()`, so after one of these
+    characters every diagnostic showed the wrong line (and an unclosed brace raised IndexError)."""
+    with pytest.raises(SeqError) as info:
+        loads(f"# a{ch}b\nmixer a {{\n    heads = 0\n}}\n", "spec.seq")
+    span = info.value.span
+    assert (span.line, span.column) == (3, 5)
+    assert span.line_text == "    heads = 0"
+    assert info.value.render().splitlines()[1] == "   3 |     heads = 0"
+
+
+@pytest.mark.parametrize("ch", NOT_NEWLINES, ids=lambda c: f"U+{ord(c):04X}")
+def test_unclosed_brace_after_a_splitlines_break(ch):
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module(f"# a{ch}b\nmixer a {{", "spec.seq")
+    err = info.value
+    assert "this `{` is never closed" in err.message
+    assert (err.span.line, err.span.column) == (2, 9)
+    assert err.span.line_text == "mixer a {"
+
+
+@pytest.mark.parametrize("ch", ["\f", "\r"], ids=lambda c: f"U+{ord(c):04X}")
+def test_unclosed_brace_after_leading_whitespace_break(ch):
+    """`printf '\\fmixer a {' > x.seq; seqdsl check x.seq` crashed with IndexError."""
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module(f"{ch}mixer a {{", "spec.seq")
+    err = info.value
+    assert "this `{` is never closed" in err.message
+    assert (err.span.line, err.span.column) == (1, 10)
+    assert err.render()
+
+
+def test_check_cli_on_a_form_feed_file(tmp_path):
+    path = tmp_path / "x.seq"
+    path.write_bytes(b"\fmixer a {")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["check", str(path)])
+    assert code == 2
+    assert "never closed" in err.getvalue() and "Traceback" not in err.getvalue()
+
+
+def test_crlf_line_text_has_no_carriage_return():
+    with pytest.raises(SeqError) as info:
+        loads("mixer a {\r\n    heads = 0\r\n}\r\n", "spec.seq")
+    assert (info.value.span.line, info.value.span.line_text) == (2, "    heads = 0")
+
+
+def test_end_of_file_error_points_at_the_last_line():
+    """A file ending in "\n" has no line after it: the end-of-file error stays on the last one."""
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module("mixer a\n", "spec.seq")
+    err = info.value
+    assert (err.span.line, err.span.line_text) == (1, "mixer a")
+    assert "unexpected end of file" in err.message

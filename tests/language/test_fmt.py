@@ -3,13 +3,18 @@ comment still there, next to the item it was written beside."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import os
+import stat
 from collections import Counter
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqdsl.fmt import canonical_module, format_source
+from seqdsl.cli.main import main
+from seqdsl.fmt import _comment_start, canonical_module, format_source
 from seqdsl.ir.printer import format_module
 from tests.language.strategies import modules
 from tests.spec_library import SPEC_FILES, SPEC_IDS
@@ -67,3 +72,95 @@ def test_random_comments_survive_formatting(module, data):
     assert canonical_module(formatted) == module
     assert _comments(formatted) == _comments(text)
     assert format_source(formatted) == formatted
+
+
+# --- regressions found in review -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("line,col", [
+    ('import "x\\"#y.seq"', None),             # an escaped quote does not end the string
+    ('import "x\\"#y.seq"  # c', 20),
+    ('import "x\\\\" # c', 13),                 # an escaped backslash does not escape the quote
+    ('import "x\\\\\\"#" # c', 16),
+    ("heads = 4  # c", 11),
+    ('preset = "#"', None),
+])
+def test_comment_start_skips_strings_with_escapes(line, col):
+    assert _comment_start(line) == col
+
+
+def test_import_with_an_escaped_quote_and_a_hash_is_kept():
+    text = 'import "x\\"#y.seq"  # why\nimport "a\\\\"  # c\n\nmixer a {}\n'
+    assert format_source(text) == text
+    assert canonical_module(text).imports == ('x"#y.seq', "a\\")
+
+
+def test_trailing_comment_on_a_one_line_block_is_printed_once():
+    text = "# above\nmixer a { heads = 4 }  # note\n"
+    assert format_source(text) == "# above\nmixer a {  # note\n    heads = 4\n}\n"
+
+
+def test_comments_of_a_shared_line_go_to_its_first_item():
+    text = (
+        "mixer a {\n"
+        "    # above\n"
+        "    weights = linear  heads = 4  # note\n"
+        "    # before the brace\n"
+        "    expand = 2 }  # end\n"
+        'import "a.seq"  import "b.seq"  # two imports\n'
+    )
+    formatted = format_source(text)
+    assert formatted == (
+        'import "a.seq"  # two imports\n'
+        'import "b.seq"\n\n'
+        "mixer a {\n"
+        "    heads = 4\n"
+        "    # before the brace\n"
+        "    expand = 2  # end\n"
+        "    # above\n"
+        "    weights = linear  # note\n"
+        "}\n"
+    )
+    assert _comments(formatted) == _comments(text)
+    assert format_source(formatted) == formatted
+
+
+def test_form_feed_does_not_shift_comments():
+    """fmt counted lines with splitlines(), which breaks at \\f: comments moved to other items."""
+    text = "# a\fb\nmixer a {\n    heads = 4  # four\n}\n"
+    assert format_source(text) == text
+
+
+# --- `seqdsl fmt --write` ----------------------------------------------------------------------------
+
+UNFORMATTED = "mixer a {   heads = 4   }  # note\n"
+FORMATTED = "mixer a {  # note\n    heads = 4\n}\n"
+
+
+def _fmt_write(*paths) -> int:
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        return main(["fmt", "--write", *map(str, paths)])
+
+
+def test_write_keeps_the_file_mode(tmp_path):
+    path = tmp_path / "a.seq"
+    path.write_text(UNFORMATTED)
+    path.chmod(0o640)
+    assert _fmt_write(path) == 0
+    assert path.read_text() == FORMATTED
+    assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    assert [p.name for p in tmp_path.iterdir()] == ["a.seq"], "no temporary file left behind"
+
+
+def test_write_goes_through_a_symlink(tmp_path):
+    target = tmp_path / "real" / "a.seq"
+    target.parent.mkdir()
+    target.write_text(UNFORMATTED)
+    target.chmod(0o644)
+    link = tmp_path / "link.seq"
+    link.symlink_to(os.path.relpath(target, tmp_path))
+    assert _fmt_write(link) == 0
+    assert link.is_symlink(), "the link is still a link"
+    assert target.read_text() == FORMATTED
+    assert stat.S_IMODE(target.stat().st_mode) == 0o644
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.seq", "real"]

@@ -63,3 +63,17 @@ def test_random_programs_roundtrip(program: nodes.Program):
     assert loaded.mixers == program.mixers, text
     assert loaded.models == program.models, text
     assert loaded.own == program.own
+
+
+@pytest.mark.parametrize("path", ['x"y.seq', "x\\y.seq", 'x\\"y.seq', 'a\\', '"', 'x\\\\"#y.seq'])
+def test_import_paths_with_quotes_and_backslashes_roundtrip(path):
+    """Found in review: `import "x\\"y.seq"` printed as `import "x"y.seq"`."""
+    module = nodes.Module(imports=(path,), decls=(nodes.MixerDecl(name="a"),))
+    text = format_module(module)
+    assert typed_module(text) == module, text
+    assert format_module(typed_module(text)) == text
+
+
+def test_import_path_escapes():
+    module = nodes.Module(imports=('x"y.seq', "x\\y.seq"))
+    assert format_module(module) == 'import "x\\"y.seq"\nimport "x\\\\y.seq"\n'
