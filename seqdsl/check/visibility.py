@@ -12,6 +12,7 @@ import math
 
 from seqdsl.check.registry import Finding, MixerContext, count, percent, rule
 from seqdsl.ir import nodes
+from seqdsl.ir.schedules import alibi_slopes, retnet_gammas
 
 
 @rule("V001", "finite-window", "V", "error")
@@ -67,8 +68,8 @@ def chunk_local_visibility(ctx: MixerContext):
 
 
 def _retnet_horizons(heads: int) -> list[float]:
-    """RetNet's schedule gamma_h = 1 - 2^(-5-h): the horizon 1/(1-gamma_h) is 2^(5+h) tokens."""
-    return [2.0 ** (5 + h) for h in range(heads)]
+    """Horizon 1/(1-gamma_h) of each head under RetNet's schedule: 2^(5+h) tokens."""
+    return [1.0 / (1.0 - g) for g in retnet_gammas(heads)]
 
 
 @rule("V003", "exponential-forgetting", "V", "error")
@@ -184,20 +185,6 @@ def fixed_size_state(ctx: MixerContext):
         ctx.span("weights"),
         "full-sequence visibility: earlier tokens survive only as a lossy summary",
         "`weights = softmax` (cheap variant: `select = top(1, over=chunk(128))`)")
-
-
-def alibi_slopes(heads: int) -> list[float]:
-    """ALiBi's head slopes (Press et al. 2022): geometric from 2^(-8/P) to 2^-8 for the power of
-    two P <= heads, odd terms of 2P's sequence for the remaining heads (the reference code)."""
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (i + 1) for i in range(n)]
-
-    closest = 2 ** int(math.floor(math.log2(heads)))
-    if closest == heads:
-        return power_of_two(heads)
-    return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
 
 
 @rule("V005", "distance-penalty", "V", "warning")

@@ -34,6 +34,7 @@ from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.layout import LayoutError, head_layout
+from seqdsl.ir.schedules import retnet_gammas
 from seqdsl.lower.reference.attention import alibi_slopes, rope
 from seqdsl.lower.reference.features import feature_dim, feature_map
 
@@ -72,11 +73,6 @@ class Mixed:
     kappa: Tensor | None = None  # rwkv7 removal key (B, T, H, Dk)
     bias: Tensor | None = None  # additive score bias, (H, L, L) or (B, H, L, L)
     extra: dict = field(default_factory=dict)
-
-
-def retnet_gammas(heads: int) -> Tensor:
-    """RetNet's per-head decay schedule gamma_h = 1 - 2^(-5-h)."""
-    return 1.0 - torch.pow(2.0, -5.0 - torch.arange(heads, dtype=torch.float64))
 
 
 class MixerModule(nn.Module):
@@ -131,7 +127,8 @@ class MixerModule(nn.Module):
         # (3) mixing parameters of the recurrent family
         decay = mixer.decay
         if isinstance(decay, nodes.ConstantDecay):
-            gammas = retnet_gammas(H) if decay.gamma == "auto" else torch.full((H,), float(decay.gamma))
+            gammas = torch.tensor(retnet_gammas(H) if decay.gamma == "auto" else [float(decay.gamma)] * H,
+                                  dtype=torch.float64)
             self.register_buffer("const_log_decay", gammas.log().float(), persistent=False)
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head

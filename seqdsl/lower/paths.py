@@ -157,19 +157,6 @@ def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[st
 # --- softmax implementations -------------------------------------------------------------------------
 
 
-def _visible(T: int, L: int, pos: int, spec: nodes.Mixer, device) -> Tensor:
-    """(T, L) bool: query pos+t may see key j."""
-    i = torch.arange(pos, pos + T, device=device)[:, None]
-    j = torch.arange(L, device=device)[None, :]
-    mask = j <= i
-    vis = spec.visibility
-    if isinstance(vis, nodes.Window):
-        mask = mask & (j > i - vis.size)
-    elif isinstance(vis, nodes.ChunkLocal):
-        mask = mask & (j // vis.size == i // vis.size)
-    return mask
-
-
 def _sdpa(module, m, pos: int) -> Tensor:
     spec = module.spec
     B, T, H, _ = m.q.shape
@@ -182,12 +169,14 @@ def _sdpa(module, m, pos: int) -> Tensor:
     if plain:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         return out.transpose(1, 2)
-    visible = _visible(T, L, pos, spec, m.q.device)
+    vis = spec.visibility
+    visible = attn_ref.visibility_mask(
+        T, window=vis.size if isinstance(vis, nodes.Window) else None,
+        chunk_local=vis.size if isinstance(vis, nodes.ChunkLocal) else None,
+        device=q.device, offset=pos, keys=L)
     bias = None
     if hasattr(module, "alibi"):
-        i = torch.arange(pos, pos + T, device=q.device)[:, None]
-        j = torch.arange(L, device=q.device)[None, :]
-        bias = -module.alibi.to(q.dtype)[:, None, None] * (i - j).clamp(min=0).to(q.dtype)
+        bias = attn_ref.alibi_bias(module.alibi.to(q.dtype), T, offset=pos, keys=L)
     if m.bias is not None:
         rows = m.bias[..., pos:pos + T, :].to(q.dtype)
         bias = rows if bias is None else bias + rows

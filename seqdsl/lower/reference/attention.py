@@ -22,11 +22,12 @@ float64, on any device, and is differentiable through plain torch ops (no custom
 
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 import torch
 from torch import Tensor
+
+from seqdsl.ir import schedules
 
 WeightsKind = Literal["softmax", "linear", "normalized_linear"]
 
@@ -34,11 +35,14 @@ _NEG_INF = float("-inf")
 
 
 def visibility_mask(
-    T: int, *, window: int | None = None, chunk_local: int | None = None, device=None
+    T: int, *, window: int | None = None, chunk_local: int | None = None, device=None,
+    offset: int = 0, keys: int | None = None,
 ) -> Tensor:
-    """(T, T) bool: True where query i may see key j (step (2) of the module docstring)."""
-    i = torch.arange(T, device=device)[:, None]
-    j = torch.arange(T, device=device)[None, :]
+    """(T, L) bool: True where query i may see key j (step (2) of the module docstring), for
+    queries at positions offset..offset+T-1 and keys 0..L-1 (L = keys, default T; decoding
+    with a cache asks for the last rows of the square mask)."""
+    i = torch.arange(offset, offset + T, device=device)[:, None]
+    j = torch.arange(T if keys is None else keys, device=device)[None, :]
     # (2a) causal: a query never sees a later token; it always sees itself, so no row is empty.
     mask = j <= i
     # (2b) sliding window of `window` tokens, the query included.
@@ -55,34 +59,17 @@ def visibility_mask(
 
 
 def alibi_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
-    """(H,) the ALiBi head slopes of Press et al. (2022).
-
-    For H a power of two the slopes are the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8).
-    Otherwise take the slopes of the closest smaller power of two P, then fill the remaining H - P
-    heads with every other slope of 2P (the odd terms that 2P interleaves between them), exactly as
-    the paper's reference code does, so the slopes still span (0, 1) geometrically."""
-    if heads <= 0:
-        raise ValueError(f"heads must be positive, got {heads}")
-
-    def power_of_two(n: int) -> list[float]:
-        start = 2.0 ** (-8.0 / n)
-        return [start ** (h + 1) for h in range(n)]
-
-    def slopes(n: int) -> list[float]:
-        if n & (n - 1) == 0:
-            return power_of_two(n)
-        closest = 2 ** math.floor(math.log2(n))
-        return power_of_two(closest) + slopes(2 * closest)[0::2][: n - closest]
-
-    return torch.tensor(slopes(heads), dtype=dtype, device=device)
+    """(H,) the ALiBi head slopes of Press et al. (2022); see seqdsl.ir.schedules.alibi_slopes."""
+    return torch.tensor(schedules.alibi_slopes(heads), dtype=dtype, device=device)
 
 
-def alibi_bias(slopes: Tensor, T: int) -> Tensor:
-    """(H, T, T) the ALiBi penalty -slope_h * (i - j): zero on the diagonal, more negative the
-    further back the key is. Entries with j > i are positive but always masked by causality."""
-    pos = torch.arange(T, device=slopes.device, dtype=slopes.dtype)
-    distance = pos[:, None] - pos[None, :]
-    return -slopes[:, None, None] * distance
+def alibi_bias(slopes: Tensor, T: int, *, offset: int = 0, keys: int | None = None) -> Tensor:
+    """(H, T, L) the ALiBi penalty -slope_h * (i - j) for queries at positions offset..offset+T-1
+    and keys 0..L-1 (L = keys, default T): zero on the diagonal, more negative the further back
+    the key is. Entries with j > i are positive but always masked by causality."""
+    i = torch.arange(offset, offset + T, device=slopes.device, dtype=slopes.dtype)
+    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=slopes.dtype)
+    return -slopes[:, None, None] * (i[:, None] - j[None, :])
 
 
 def attention_scores(
