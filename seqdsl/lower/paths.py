@@ -30,6 +30,7 @@ import logging
 import os
 import warnings
 from dataclasses import fields, replace
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
