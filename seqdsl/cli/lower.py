@@ -78,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         raise SeqError(f"cannot build model {spec.name}: {first}") from None
     total = lm.num_parameters()
     body = lm.num_parameters(exclude_embedding=True)
-    print(f"model {spec.name}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
+    resized = f" (resized to preset {args.preset})" if args.preset else ""
+    print(f"model {spec.name}{resized}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
           f"context {spec.context}, block {spec.block}, mlp {spec.mlp.kind}, tie {str(spec.tie).lower()}")
     print(f"parameters: {total:,} ({_count(total)}); without embeddings: {body:,} ({_count(body)})")
     print(f"\npaths on {device.type}:")
