@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from seqdsl.ir import nodes
 from seqdsl.ir.printer import INDENT, decl_header, format_assign, format_import
 from seqdsl.parse.parser import parse_text
 from seqdsl.passes.sourcemap import SourceMap
@@ -62,7 +61,10 @@ def _collect(text: str, anchors: list[int]) -> _Comments:
     for no, line in enumerate(lines, start=1):
         col = _comment_start(line)
         stripped = line.strip()
-        if col is not None and line[:col].strip():
+        if col is not None and line[:col].strip() and no not in anchor_set:
+            # a trailing comment inside a multi-line value: it moves above the next item
+            pending.append(line[col:].rstrip())
+        elif col is not None and line[:col].strip():
             out.inline[no] = line[col:].rstrip()
         elif col is not None:
             pending.append(stripped)
@@ -136,8 +138,3 @@ def format_source(text: str, path: str = "<string>") -> str:
     if comments.tail:
         parts.append("\n".join(comments.tail))
     return "\n\n".join(parts) + "\n"
-
-
-def canonical_module(text: str, path: str = "<string>") -> nodes.Module:
-    """The typed module of `text` (what `format_source` preserves, comments aside)."""
-    return Typer(SourceMap()).module(parse_text(text, path))

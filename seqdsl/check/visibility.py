@@ -12,7 +12,7 @@ import math
 
 from seqdsl.check.registry import Finding, MixerContext, count, percent, rule
 from seqdsl.ir import nodes
-from seqdsl.ir.schedules import alibi_slopes, retnet_gammas
+from seqdsl.ir.schedules import alibi_slopes, retnet_horizons
 
 
 @rule("V001", "finite-window", "V", "error")
@@ -67,11 +67,6 @@ def chunk_local_visibility(ctx: MixerContext):
             "`visibility = full`, with `select = top(1, over=chunk(...))` if chunking is for speed")
 
 
-def _retnet_horizons(heads: int) -> list[float]:
-    """Horizon 1/(1-gamma_h) of each head under RetNet's schedule: 2^(5+h) tokens."""
-    return [1.0 / (1.0 - g) for g in retnet_gammas(heads)]
-
-
 @rule("V003", "exponential-forgetting", "V", "error")
 def exponential_forgetting(ctx: MixerContext):
     """Decay forgets the past exponentially: distant tokens fade instead of staying selectable.
@@ -124,7 +119,7 @@ def _constant(ctx: MixerContext, decay: nodes.ConstantDecay) -> Finding:
             "horizon of 2^(5+h) tokens (32 for head 0); the number of heads is not known here "
             "(heads = auto and no model fixes d_model), so the longest horizon cannot be named",
             ctx.span("decay"), why, fix)
-    horizons = _retnet_horizons(heads)
+    horizons = retnet_horizons(heads)
     longest = horizons[-1]
     if longest < T:
         tail = (f"the longest, {longest:.0f} tokens (head {heads - 1}), is "

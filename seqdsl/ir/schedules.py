@@ -24,6 +24,12 @@ def alibi_slopes(heads: int) -> list[float]:
     return power_of_two(closest) + power_of_two(2 * closest)[0::2][: heads - closest]
 
 
-def retnet_gammas(heads: int) -> list[float]:
-    """RetNet's per-head decays gamma_h = 1 - 2^(-5-h); head h forgets over ~2^(5+h) tokens."""
-    return [1.0 - 2.0 ** (-5 - h) for h in range(heads)]
+def retnet_log_gammas(heads: int) -> list[float]:
+    """log gamma_h of RetNet's per-head decays gamma_h = 1 - 2^(-5-h), computed as
+    log1p(-2^(-5-h)) so that heads past ~48, where gamma_h rounds to 1.0, still decay."""
+    return [math.log1p(-(2.0 ** (-5 - h))) for h in range(heads)]
+
+
+def retnet_horizons(heads: int) -> list[float]:
+    """Each head's horizon 1/(1 - gamma_h) = 2^(5+h) tokens, exactly."""
+    return [2.0 ** (5 + h) for h in range(heads)]

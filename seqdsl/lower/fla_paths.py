@@ -4,8 +4,8 @@ Shape legend: B batch, T tokens, H heads, K key dim, V value dim; fla >= 0.5 tak
 like the reference, and states (B, H, K, V) like the reference.
 
 Every op is mapped from the reference's arguments (already scaled q, so fla's scale = 1) and is
-*self-checked* once per (op, dtype, K, V, device) against `chunked_ref`, forward and backward,
-before it is trusted: fla refuses or miscomputes some kernels on some Triton/GPU combinations
+*self-checked* once per (op, dtype, device, K, V, kind of decay) against the reference
+(`chunked_ref`; `recurrent_ref` for rwkv7), forward and backward, before it is trusted: fla refuses or miscomputes some kernels on some Triton/GPU combinations
 (e.g. gated backward kernels on Hopper with Triton < 3.7.1), and a fast path that is wrong is
 worse than a slow one. A failed check is reported by the caller and the reference runs instead.
 """
@@ -13,6 +13,7 @@ worse than a slow one. A failed check is reported by the caller and the referenc
 from __future__ import annotations
 
 import functools
+import importlib.util
 import warnings
 
 import torch
@@ -23,6 +24,7 @@ from seqdsl.lower.reference import recurrent as rec_ref
 
 _MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims stay on the reference
 _VECTOR_OPS = ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
+_ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initial_state")
 
 
 def decay_kind(log_decay: Tensor | None) -> str:
@@ -56,9 +58,21 @@ def op_for(spec: nodes.Mixer, K: int, V: int) -> tuple[str | None, str]:
     return "fla.chunk_gated_delta_rule", ""
 
 
+def compute_dtype(m) -> torch.dtype:
+    """The one dtype fla gets for everything but the log decay: the values' (the projections'
+    output dtype, i.e. the autocast dtype), since under autocast some inputs arrive in float32
+    (norms, softplus) and fla's kernels take one dtype."""
+    return m.v.dtype
+
+
 def run(op: str, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.mixer.Mixed)."""
-    return _call(op, m.q, m.k, m.v, m.log_decay, m.beta, m.extra.get("bonus"), m.a, m.kappa, S)
+    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.mixer.Mixed), in the
+    dtype mix the self-check tested: `compute_dtype(m)` for all inputs, float32 log decays."""
+    dtype = compute_dtype(m)
+    cast = lambda t: t.to(dtype) if t is not None else None
+    log_decay = m.log_decay.float() if m.log_decay is not None else None
+    return _call(op, cast(m.q), cast(m.k), cast(m.v), log_decay, cast(m.beta), cast(m.extra.get("bonus")),
+                 cast(m.a), cast(m.kappa), S)
 
 
 def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
@@ -93,15 +107,28 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
 _GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
 
 
-def _known_refusal(op: str, gated: bool) -> str:
+def spec_decay_kind(spec: nodes.Mixer) -> str:
+    """The kind of log decay (see `decay_kind`) the mixer will pass, read off the spec."""
+    decay = spec.decay
+    if isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "vector":
+        return "vector"
+    if isinstance(decay, nodes.NoDecay) and not isinstance(spec.position, nodes.Alibi):
+        return "none"
+    return "scalar"  # constant, data-dependent scalar, or ALiBi's per-head decay
+
+
+def known_refusal(op: str, decay: str) -> str:
     """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
-    [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass. Seen on an H100 with
-    Triton 3.6.0 on 2026-11-21 (benchmarks/results/fla_selfcheck_h100_2026-11-21.json)."""
-    if op not in _GATED_DQKWG or not gated:
+    [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass unless its TileLang
+    backend is installed. Seen on an H100 with Triton 3.6.0 on 2026-11-21
+    (benchmarks/results/fla_selfcheck_h100_2026-11-21.json). "" when fla would not refuse."""
+    if op not in _GATED_DQKWG or decay == "none":
         return ""
     try:
         from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
     except ImportError:  # another fla version: let the self-check find out
+        return ""
+    if importlib.util.find_spec("tilelang") is not None:  # fla dispatches to TileLang instead
         return ""
     if IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:
         import triton
@@ -136,8 +163,11 @@ def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, d
     if "delta" in op or a is not None:
         k = torch.nn.functional.normalize(k, dim=-1)
     S = rnd(B, H, K, V) * 0.1
-    args = [q, k, v, log_decay, beta, bonus, a, kappa, S]
-    return [t.to(dtype) if t is not None else None for t in args]
+    # as `run` calls fla: one dtype for all but the log decay and the state, which stay float32
+    args = [q, k, v, None, beta, bonus, a, kappa, None]
+    args = [t.to(dtype) if t is not None else None for t in args]
+    args[3], args[8] = log_decay, S
+    return args
 
 
 @functools.lru_cache(maxsize=None)
@@ -148,7 +178,7 @@ def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V
     wrong). The first call compiles and autotunes fla's kernels: seconds to a minute per op."""
     if min(K, V) < _MIN_DIM:
         return False, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
-    known = _known_refusal(op, decay != "none")
+    known = known_refusal(op, decay)
     if known:  # fla would refuse only in the backward pass, after minutes of compiling
         return False, known
     # the check runs its own forward and backward, whatever the caller is doing: under
@@ -165,14 +195,20 @@ def _self_check(op, dtype, device, K, V, decay) -> tuple[bool, str]:
         leaves = [t.detach().requires_grad_() if t is not None and t.is_floating_point() else t for t in args]
         o, S = _call(op, *leaves)
         (o.float().square().sum() + S.float().square().sum()).backward()
-        got = [o, S] + [t.grad for t in leaves[:3]]
         ref_leaves = [t.detach().float().requires_grad_() if t is not None else None for t in args]
         o_r, S_r = _reference(op, *ref_leaves)
         (o_r.square().sum() + S_r.square().sum()).backward()
-        want = [o_r, S_r] + [t.grad for t in ref_leaves[:3]]
     except Exception as err:  # the kernel refused to run here: that is the finding
         return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-    for name, x, y in zip(("output", "state", "dq", "dk", "dv"), got, want):
+    # outputs, final state, and the gradient of every input (decay, beta, bonus, a, kappa too)
+    names = ["output", "state"]
+    got, want = [o, S], [o_r, S_r]
+    for name, x, y in zip(_ARG_NAMES, leaves, ref_leaves):
+        if x is not None and y is not None and y.grad is not None:
+            names.append(f"d{name}")
+            got.append(x.grad if x.grad is not None else torch.zeros_like(y))
+            want.append(y.grad)
+    for name, x, y in zip(names, got, want):
         err = ((x.float() - y).norm() / (y.norm() + 1e-12)).item()
         if not err <= tol:  # also catches nan
             return False, f"{name} differs from the reference by {err:.2e} (relative, tol {tol:.0e})"

@@ -34,7 +34,8 @@ from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.layout import LayoutError, head_layout
-from seqdsl.ir.schedules import retnet_gammas
+from seqdsl.ir.schedules import retnet_log_gammas
+from seqdsl.lower.paths import PathChooser
 from seqdsl.lower.reference.attention import alibi_slopes, rope
 from seqdsl.lower.reference.features import feature_dim, feature_map
 
@@ -127,9 +128,8 @@ class MixerModule(nn.Module):
         # (3) mixing parameters of the recurrent family
         decay = mixer.decay
         if isinstance(decay, nodes.ConstantDecay):
-            gammas = torch.tensor(retnet_gammas(H) if decay.gamma == "auto" else [float(decay.gamma)] * H,
-                                  dtype=torch.float64)
-            self.register_buffer("const_log_decay", gammas.log().float(), persistent=False)
+            log_gammas = retnet_log_gammas(H) if decay.gamma == "auto" else [math.log(decay.gamma)] * H
+            self.register_buffer("const_log_decay", torch.tensor(log_gammas), persistent=False)
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
@@ -154,9 +154,6 @@ class MixerModule(nn.Module):
         if not isinstance(mixer.gate, nodes.NoGate):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
-
-        from seqdsl.lower.paths import PathChooser
-
         self.paths = PathChooser(self)
 
     # --- (1) inputs --------------------------------------------------------------------------------
@@ -280,7 +277,7 @@ class MixerModule(nn.Module):
         if not isinstance(decay, nodes.NoDecay):
             # score bias sum_{j < s <= i} log a_s = cum_i - cum_j, from cumulative sums that
             # continue those of earlier calls
-            new = self._log_decay(x).transpose(1, 2).cumsum(dim=-1)  # (B, H, T)
+            new = self._log_decay(x).float().transpose(1, 2).cumsum(dim=-1)  # (B, H, T), float32
             past = state.log_decay_cum
             cum = new if past is None else torch.cat([past, past[..., -1:] + new], dim=-1)
             decay_bias = cum[..., :, None] - cum[..., None, :]
@@ -330,7 +327,6 @@ class MixerModule(nn.Module):
         if isinstance(self.spec.weights, nodes.NormalizedLinear):
             # carry the normaliser z_t = sum_j decay * phi(k_j) as an extra value column of ones
             mixed.v = torch.cat([v, v.new_ones(B, T, self.H, 1)], dim=-1)
-            mixed.extra["normalize"] = True
         return mixed
 
     # --- (4) output --------------------------------------------------------------------------------

@@ -3,8 +3,8 @@
 Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim.
 
 A `PathChooser` belongs to one `MixerModule`. On the first call on a device it picks a path,
-records why, and logs it once (logger "seqdsl"); `describe()` lists the choices, which
-`seqdsl lower` prints. Fallbacks are never silent: a fast kernel that fails its self-check on
+records why, and logs it once (logger "seqdsl"); `describe()` lists the choices made so far
+and `plan(device)` the one it would make, which is what `seqdsl lower` prints. Fallbacks are never silent: a fast kernel that fails its self-check on
 this machine (e.g. fla's gated backward kernels on Hopper with Triton < 3.7.1) is reported with
 the error, and the reference runs instead.
 
@@ -83,8 +83,8 @@ class PathChooser:
         if path.startswith("fla."):
             from seqdsl.lower import fla_paths
 
-            ok, detail = fla_paths.self_check(path, m.q.dtype, device, m.q.shape[-1], m.v.shape[-1],
-                                              decay=fla_paths.decay_kind(m.log_decay))
+            ok, detail = fla_paths.self_check(path, fla_paths.compute_dtype(m), device, m.q.shape[-1],
+                                              m.v.shape[-1], decay=fla_paths.decay_kind(m.log_decay))
             if ok:
                 self._record(device, (path, why))
                 return fla_paths.run(path, m, S)
@@ -145,9 +145,10 @@ def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[st
 
         values = module.Dv + isinstance(spec.weights, nodes.NormalizedLinear)  # + normaliser column
         op, why_not = fla_paths.op_for(spec, module.F, values)
-        if op is not None:
+        known = fla_paths.known_refusal(op, fla_paths.spec_decay_kind(spec)) if op else ""
+        if op is not None and not known:
             return op, "flash-linear-attention chunked kernel"
-        reason = why_not
+        reason = known or why_not
     elif force == "reference":
         reason = "forced"
     else:
@@ -177,22 +178,22 @@ def _sdpa(module, m, pos: int) -> Tensor:
         device=q.device, offset=pos, keys=L)
     bias = None
     if hasattr(module, "alibi"):
-        bias = attn_ref.alibi_bias(module.alibi.to(q.dtype), T, offset=pos, keys=L)
+        bias = attn_ref.alibi_bias(module.alibi.float(), T, offset=pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., pos:pos + T, :].to(q.dtype)
+        rows = m.bias[..., pos:pos + T, :].float()
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
     else:
         # SDPA adds the mask to the *scaled* scores; the bias is defined on the unscaled-by-
         # temperature scores like the reference, so divide it by the temperature here.
-        mask = (bias / temperature).masked_fill(~visible, float("-inf"))
+        mask = (bias / temperature).masked_fill(~visible, float("-inf")).to(q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out.transpose(1, 2)
 
 
 def _in_float32(fn):
-    """Run a reference in float32 with autocast off, whatever the caller's precision: the
+    """Run a reference in float32 (float64 stays float64) with autocast off: the
     oracle's numerics must not depend on bf16 autocast (and torch has no bf16 kernels for some
     of its steps, e.g. triangular solves on CPU). Outputs come back in the input dtype."""
 
@@ -200,7 +201,7 @@ def _in_float32(fn):
         dtype = m.q.dtype
         if dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(m.q.device.type):
             return fn(module, m, *args)
-        up = lambda t: t.float() if isinstance(t, Tensor) and t.is_floating_point() else t
+        up = lambda t: t.float() if isinstance(t, Tensor) and t.dtype in (torch.bfloat16, torch.float16) else t
         m32 = replace(m, **{f.name: up(getattr(m, f.name)) for f in fields(m) if f.name != "extra"},
                       extra={k: up(v) for k, v in m.extra.items()})
         args = tuple(up(a) for a in args)

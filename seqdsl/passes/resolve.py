@@ -47,14 +47,17 @@ def read_text(path: Path, span: Span | None = None) -> str:
 def load(path: str | Path) -> Loaded:
     """Parse, type and resolve a .seq file and everything it imports."""
     path = Path(path)
-    return loads(read_text(path), str(path), base_dir=path.parent)
+    return loads(read_text(path), str(path), base_dir=path.parent, _top=path.resolve())
 
 
-def loads(text: str, path: str = "<string>", base_dir: Path | None = None) -> Loaded:
+def loads(text: str, path: str = "<string>", base_dir: Path | None = None, *,
+          _top: Path | None = None) -> Loaded:
     """Parse, type and resolve spec text; imports are looked up relative to `base_dir`."""
     sources = SourceMap()
     resolver = _Resolver(sources)
-    module, decls = resolver.collect(text, path, base_dir or Path.cwd(), stack=())
+    # the file itself heads the import stack, so `a -> b -> a` is caught when b imports a
+    stack = (_top,) if _top is not None else ()
+    module, decls = resolver.collect(text, path, base_dir or Path.cwd(), stack=stack)
     program = resolver.resolve(decls, own=module)
     return Loaded(program, sources, module, path)
 
@@ -87,7 +90,8 @@ class _Resolver:
         except (OSError, ValueError) as err:  # e.g. a NUL byte in the path, a symlink loop
             raise SeqFileError(f"cannot import {imp.path.value!r}: {err}", imp.path.span) from None
         if target in stack:
-            raise SeqSemanticError(f"import cycle: {imp.path.value} imports itself", imp.path.span,
+            chain = " -> ".join(p.name for p in stack[stack.index(target):] + (target,))
+            raise SeqSemanticError(f"import cycle: {chain}", imp.path.span,
                                    "move the shared declarations into a third file")
         if target in self.loaded:  # diamond imports: load once
             return ()

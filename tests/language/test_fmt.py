@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqdsl.cli.main import main
-from seqdsl.fmt import _comment_start, canonical_module, format_source
+from seqdsl.fmt import _comment_start, format_source
+from seqdsl.passes.resolve import typed_module as canonical_module
 from seqdsl.ir.printer import format_module
 from tests.language.strategies import modules
 from tests.spec_library import SPEC_FILES, SPEC_IDS
@@ -164,3 +165,11 @@ def test_write_goes_through_a_symlink(tmp_path):
     assert target.read_text() == FORMATTED
     assert stat.S_IMODE(target.stat().st_mode) == 0o644
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.seq", "real"]
+
+
+def test_comments_inside_a_multi_line_value_move_above_the_next_item():
+    text = ("model m {\n  preset = \"tiny\"\n  mixer = [\n    a,  # first\n    a  # second\n  ]  # end\n}\n"
+            "mixer a {}\n")
+    formatted = format_source(text)
+    assert _comments(formatted) == _comments(text)
+    assert "    # first\n    # second\n    # end\n}" in formatted

@@ -34,10 +34,17 @@ def _rel(x, y) -> float:
     return ((x.double() - y.double()).norm() / (y.double().norm() + 1e-30)).item()
 
 
+@pytest.fixture
+def no_tf32():
+    """Exact float32 matmuls for the comparison, restored afterwards."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
 @pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
-def test_fast_path_matches_reference_on_gpu(path):
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
+def test_fast_path_matches_reference_on_gpu(path, no_tf32):
     program, model = spec_model(path, vocab=512)
     T = max(130, min(2 * longest_chunk(program, model) + 5, 600))  # several fla chunks of 64
     model = model.model_copy(update={"context": max(model.context, T)})

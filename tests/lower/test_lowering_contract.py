@@ -13,8 +13,9 @@ from hypothesis import given, settings
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
-from seqdsl.ir.conflicts import conflicts
-from seqdsl.ir.layout import LayoutError, head_layout
+import seqdsl
+from seqdsl.check import check_program
+from seqdsl.ir.printer import format_module, mixer_decl
 from seqdsl.lower import fla_paths
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.lower.mixer import LoweringError, MixerModule
@@ -26,12 +27,14 @@ from tests.spec_library import SPEC_FILES, SPEC_IDS, spec_model
 @settings(max_examples=150, deadline=None)
 @given(mixer=mixers("m"))
 def test_lowering_builds_exactly_what_the_checker_accepts(mixer):
-    try:
-        head_layout(mixer, 128)
-        fits = True
-    except LayoutError:
-        fits = False
-    buildable = fits and not conflicts(mixer)
+    """`seqdsl check` (rules W001, M003, run on a model of width 128 around the mixer) and the
+    lowering agree on whether the mixer can be built."""
+    model = nodes.ModelDecl(name="lm", assigns=(
+        nodes.Assign(key="layers", value=1), nodes.Assign(key="d_model", value=128),
+        nodes.Assign(key="vocab", value=64), nodes.Assign(key="mixer", value=("m",))))
+    text = format_module(nodes.Module(decls=(mixer_decl(mixer), model)))
+    report = check_program(seqdsl.loads(text), select=["W001", "M003"])
+    buildable = not any(d.severity == "error" for d in report.diagnostics)
     with torch.device("meta"):
         if buildable:
             MixerModule(mixer, 128, context=64)
@@ -55,6 +58,23 @@ def test_bf16_autocast_forward_backward_and_no_grad_decode(path):
     with torch.no_grad():
         out = lm.generate(tokens[:, :5], steps=3)
     assert out.shape == (2, 8)
+
+
+def test_bf16_autocast_alibi_matches_float32_past_256_tokens():
+    """bf16 cannot count positions past 256: distances must be formed in float32."""
+    from tests.spec_library import SPECS_DIR
+
+    program, model = spec_model(SPECS_DIR / "alibi.seq", vocab=64)
+    model = model.model_copy(update={"context": 320})
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model)
+    tokens = torch.randint(0, 64, (1, 320))
+    with torch.no_grad():
+        ref, _ = lm(tokens)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            low, _ = lm(tokens)
+    err = (low.float() - ref).norm(dim=-1) / ref.norm(dim=-1)
+    assert err[0, 256:].max() < 5e-2, err[0, 256:].max()
 
 
 def test_forcing_an_unknown_path_is_refused(monkeypatch):
@@ -112,6 +132,23 @@ def test_per_channel_kernels_get_a_per_channel_decay(recorded_fla, op, decay):
     if op == "fla.chunk_rwkv7":  # reference rule (4) in fla's dplr form: a = -kappa, b = kappa * a
         torch.testing.assert_close(args[4], -kappa)
         torch.testing.assert_close(args[5], kappa * a)
+
+
+@pytest.mark.parametrize("op", ["fla.chunk_simple_gla", "fla.chunk_delta_rule", "fla.chunk_gated_delta_rule"])
+def test_scalar_decay_and_delta_kernels_get_their_arguments(recorded_fla, op):
+    q, k, v = _qkv()
+    log_decay = -torch.rand(1, 5, 2) if op != "fla.chunk_delta_rule" else None
+    beta = torch.rand(1, 5, 2) if "delta" in op else None
+    S = torch.randn(1, 2, 16, 16)
+    fla_paths._call(op, q, k, v, log_decay, beta, None, None, None, S)
+    args, kwargs = recorded_fla[op.split(".")[1]]
+    assert args[0] is q or torch.equal(args[0], q)
+    assert torch.equal(args[1], k) and torch.equal(args[2], v)
+    assert kwargs["scale"] == 1.0 and kwargs["initial_state"] is S and kwargs["output_final_state"]
+    if log_decay is not None:
+        assert torch.equal(kwargs["g"], log_decay)
+    if beta is not None:
+        assert torch.equal(kwargs["beta"], beta)
 
 
 def test_op_choice_follows_the_spec_and_the_tile_width():

@@ -67,9 +67,10 @@ def alibi_bias(slopes: Tensor, T: int, *, offset: int = 0, keys: int | None = No
     """(H, T, L) the ALiBi penalty -slope_h * (i - j) for queries at positions offset..offset+T-1
     and keys 0..L-1 (L = keys, default T): zero on the diagonal, more negative the further back
     the key is. Entries with j > i are positive but always masked by causality."""
-    i = torch.arange(offset, offset + T, device=slopes.device, dtype=slopes.dtype)
-    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=slopes.dtype)
-    return -slopes[:, None, None] * (i[:, None] - j[None, :])
+    # positions in float32 whatever the slopes' dtype: bf16 cannot count past 256
+    i = torch.arange(offset, offset + T, device=slopes.device, dtype=torch.float32)
+    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=torch.float32)
+    return (-slopes.float()[:, None, None] * (i[:, None] - j[None, :])).to(slopes.dtype)
 
 
 def attention_scores(
