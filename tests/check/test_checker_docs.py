@@ -3,24 +3,17 @@ rule is listed and explained."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 from seqdsl.check import RULES
+from tests.docs_generator import load_generator
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC = ROOT / "docs" / "checker.md"
 
 
-def _gen():
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_rules_table_is_up_to_date():
-    gen = _gen()
+    gen = load_generator()
     text = DOC.read_text()
     assert gen.render(text, gen.GENERATED[DOC]) == text, "run `python docs/gen_reference.py`"
 
@@ -32,4 +25,4 @@ def test_every_rule_is_in_the_table():
 
 
 def test_check_mode_of_the_generator_passes():
-    assert _gen().main(["--check"]) == 0
+    assert load_generator().main(["--check"]) == 0

@@ -4,27 +4,20 @@ are valid specs."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
 import pytest
 
 from seqdsl import typed_module
+from tests.docs_generator import load_generator
 
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "grammar" / "README.md"
 
 
-def _gen():
-    spec = importlib.util.spec_from_file_location("gen_reference", ROOT / "docs" / "gen_reference.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_generated_sections_are_up_to_date():
-    gen = _gen()
+    gen = load_generator()
     text = README.read_text()
     assert gen.render(text, gen.GENERATED[README]) == text, "run `python docs/gen_reference.py`"
 
