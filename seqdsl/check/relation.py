@@ -11,6 +11,10 @@ from seqdsl.check.registry import Finding, MixerContext, rule
 from seqdsl.ir import nodes
 
 
+# why R001/R002 findings matter, in the principle's words
+CONTENT_WHY = "real relation calculation: weights must come from query-key content"
+
+
 @rule("R001", "content-free-keys", "R", "error")
 def content_free_keys(ctx: MixerContext):
     """Keys not computed from the key token's content cannot express a relation.
@@ -30,14 +34,14 @@ def content_free_keys(ctx: MixerContext):
             f"random_keys(seed={rel.seed}): keys are frozen random vectors, one per position; the "
             f"score depends on the query and the key's position, not on the key token's content",
             ctx.span("relation"),
-            "real relation calculation: weights must come from query-key content",
+            CONTENT_WHY,
             "`relation = dot`")
     elif isinstance(rel, nodes.ConstKeys):
         yield Finding(
             "const_keys: every key is the same learned vector; scores ignore the key tokens "
             "entirely",
             ctx.span("relation"),
-            "real relation calculation: weights must come from query-key content",
+            CONTENT_WHY,
             "`relation = dot`")
 
 
@@ -59,7 +63,7 @@ def position_only_weights(ctx: MixerContext):
         yield Finding(
             "positional: the weights are a function of distance only, identical for every input",
             ctx.span("relation"),
-            "real relation calculation: weights must come from query-key content",
+            CONTENT_WHY,
             "`relation = dot` with `position = rope`")
 
 

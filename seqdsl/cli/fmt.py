@@ -12,7 +12,7 @@ from pathlib import Path
 
 from seqdsl.fmt import format_source
 from seqdsl.ir.printer import format_program
-from seqdsl.passes.resolve import load, read_text
+from seqdsl.passes.resolve import load, loads, read_text
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
         if args.resolved:
             sys.stdout.write(format_program(load(path).program))
             continue
-        load(path)  # validate imports and inheritance too, before touching anything
         text = read_text(path)
+        # validate imports and inheritance too, before touching anything
+        loads(text, str(path), base_dir=path.parent, _top=path.resolve())
         canonical = format_source(text, str(path))
         if args.write:
             if canonical != text:

@@ -32,6 +32,7 @@ def decay_kind(log_decay: Tensor | None) -> str:
     return "none" if log_decay is None else "scalar" if log_decay.dim() == 3 else "vector"
 
 
+@functools.lru_cache(maxsize=None)  # planned on every forward call: keep it a dict lookup
 def op_for(spec: nodes.Mixer, K: int, V: int) -> tuple[str | None, str]:
     """(fla op name, "") for a spec fla can run with key width K and value width V, else
     (None, why not)."""
@@ -117,6 +118,7 @@ def spec_decay_kind(spec: nodes.Mixer) -> str:
     return "scalar"  # constant, data-dependent scalar, or ALiBi's per-head decay
 
 
+@functools.lru_cache(maxsize=None)
 def known_refusal(op: str, decay: str) -> str:
     """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
     [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass unless its TileLang
