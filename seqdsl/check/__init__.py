@@ -1,4 +1,4 @@
-"""The principle linter: rules for full-sequence arbitrary selection (DESIGN.md §5).
+"""The principle linter: rules for full-sequence arbitrary selection (docs/design.md §5).
 
     >>> from seqdsl import loads
     >>> from seqdsl.check import check_program

@@ -1,6 +1,6 @@
 """Run the rules over a program and turn diagnostics into verdicts.
 
-Verdicts (DESIGN.md §5):
+Verdicts (docs/design.md §5):
 - mixer: `fail` if any error of pillar V/R/N/W; `degraded` if any warning of pillar V/R/N
   (well-formedness warnings and infos do not degrade); else `pass`.
 - model: the worst verdict of its mixers, except a hybrid (M001 reported) whose mixers mix

@@ -6,7 +6,7 @@ full-sequence arbitrary selection, what the paper found, how to fix a spec. It r
 (`MixerContext` for pillars V, R, N, W; `ModelContext` for pillar M) and yields `Finding`s; the
 engine stamps them with the rule's code, name, pillar and severity to make `Diagnostic`s.
 
-Pillars (DESIGN.md §2, §5):
+Pillars (docs/design.md §2, §5):
   V  full-sequence visibility     R  real relation calculation    N  non-uniform distribution
   W  well-formedness (the spec is consistent and runs fast)       M  model-level (several mixers)
 
@@ -32,7 +32,7 @@ PILLARS: dict[str, str] = {
     "M": "model",
 }
 SEVERITIES = ("error", "warning", "info")
-# The paper's training context (DESIGN.md §2): used when no model fixes one.
+# The paper's training context (docs/design.md §2): used when no model fixes one.
 PAPER_CONTEXT = 2048
 
 

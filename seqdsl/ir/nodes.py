@@ -1,6 +1,6 @@
 """The typed IR: frozen pydantic nodes, one class per primitive.
 
-Every mixer in the paper is a composition of a few orthogonal choices (DESIGN.md §4). Each choice
+Every mixer in the paper is a composition of a few orthogonal choices (docs/design.md §4). Each choice
 is a *slot* of `Mixer` (position, relation, visibility, weights, select, decay, update, conv, norm,
 gate) whose type is a union of primitive classes. A primitive class:
 

@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir import nodes
-from seqdsl.lower.reference import recurrent as rec_ref
+from seqdsl.reference import recurrent as rec_ref
 
 _MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims stay on the reference
 _VECTOR_OPS = ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")

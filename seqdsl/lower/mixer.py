@@ -36,8 +36,8 @@ from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
 from seqdsl.lower.paths import PathChooser
-from seqdsl.lower.reference.attention import alibi_slopes, rope
-from seqdsl.lower.reference.features import feature_dim, feature_map
+from seqdsl.reference.attention import alibi_slopes, rope
+from seqdsl.reference.features import feature_dim, feature_map
 
 
 class LoweringError(SeqError):

@@ -13,7 +13,7 @@ Paths:
         sdpa        torch.nn.functional.scaled_dot_product_attention; `is_causal` without a mask
                     when nothing else is needed (flash/cuDNN-eligible on GPU), else an explicit
                     boolean or additive mask (windows, chunk-local, ALiBi, decay, positional)
-        reference   seqdsl.lower.reference.attention / top1 (top-k selection always, until the
+        reference   seqdsl.reference.attention / top1 (top-k selection always, until the
                     generated Triton kernels for the Top-1 family land)
     recurrent family
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
@@ -37,9 +37,9 @@ from torch import Tensor
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
-from seqdsl.lower.reference import attention as attn_ref
-from seqdsl.lower.reference import recurrent as rec_ref
-from seqdsl.lower.reference import top1 as top1_ref
+from seqdsl.reference import attention as attn_ref
+from seqdsl.reference import recurrent as rec_ref
+from seqdsl.reference import top1 as top1_ref
 
 log = logging.getLogger("seqdsl")
 

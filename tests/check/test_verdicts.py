@@ -1,6 +1,6 @@
 """The verdict of every spec in specs/, and the exact rule codes it is flagged with.
 
-This table is the checker's contract with the paper (DESIGN.md §2, §5): Transformer++, Top-1
+This table is the checker's contract with the paper (docs/design.md §2, §5): Transformer++, Top-1
 element, Top-1 chunk Exact, windows >= context and lower temperatures pass; Top-1 chunk Approx
 (R), flattened softmax (N), ALiBi's distance penalty (V) and untrained Top-1 element selection
 (R) are degraded; the stateful mixers, short windows and content-free keys fail, each on the

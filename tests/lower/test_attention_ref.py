@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqdsl.lower.reference.attention import alibi_slopes, attention_ref, rope
+from seqdsl.reference.attention import alibi_slopes, attention_ref, rope
 
 F64 = torch.float64
 LENGTHS = [1, 7, 63, 100, 129]

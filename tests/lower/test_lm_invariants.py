@@ -1,4 +1,4 @@
-"""Invariants every lowered spec must satisfy, whatever its mixer (DESIGN.md §8):
+"""Invariants every lowered spec must satisfy, whatever its mixer (docs/design.md §8):
 future tokens never change past outputs; batch rows do not interact; decoding token by token
 with the carried state equals the full forward; the fast path equals the reference."""
 

@@ -1,6 +1,6 @@
 """The recurrent-family reference: against fla's pure-PyTorch naive references, and against itself.
 
-Layout as in seqdsl/lower/reference/recurrent.py: q, k (B, T, H, Dk), v (B, T, H, Dv), state
+Layout as in seqdsl/reference/recurrent.py: q, k (B, T, H, Dk), v (B, T, H, Dv), state
 (B, H, Dk, Dv). Everything of ours runs in float64 (the golden). fla's naive references cast their
 inputs to float32 inside, so comparisons with them allow float32 rounding accumulated over T steps;
 comparisons among our own forms allow float64 rounding only.
@@ -20,8 +20,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqdsl.lower.reference.features import feature_dim, feature_map
-from seqdsl.lower.reference.recurrent import chunked_ref, parallel_ref, recurrent_ref
+from seqdsl.reference.features import feature_dim, feature_map
+from seqdsl.reference.recurrent import chunked_ref, parallel_ref, recurrent_ref
 
 F64 = torch.float64
 FP32_TOL = 2e-5  # relative: float32 eps (1.2e-7) x ~100 steps of accumulation, with margin

@@ -15,13 +15,9 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqdsl.lower.reference.attention import alibi_slopes
-from seqdsl.lower.reference.top1 import (
-    top1_element_closed_form,
-    top1_element_ste_grads,
-    topk_chunk_ref,
-    topk_element_ref,
-)
+from seqdsl.reference.attention import alibi_slopes
+from seqdsl.reference.top1 import topk_chunk_ref, topk_element_ref
+from tests.oracles.top1_loops import top1_element_closed_form, top1_element_ste_grads
 
 F64 = torch.float64
 

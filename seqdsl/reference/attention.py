@@ -7,7 +7,7 @@ Shape legend
     scores, weights, masks: (B, H, T, T) or (T, T), indexed [..., i, j] = (query i, key j)
     bias    (H, T, T)             alibi slopes  (H,)
 
-The math (DESIGN.md §2, §4), numbered as in the code:
+The math (docs/design.md §2, §4), numbered as in the code:
 
     (1) s_ij = (q_i . k_j) * scale  [- slope_h * (i - j)]  [+ bias_h,ij]
     (2) visible(i, j) = j <= i  [and i - w < j]  [and j // c == i // c]

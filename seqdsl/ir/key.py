@@ -1,0 +1,168 @@
+"""The kernel key: everything a mixer's stage-(3) computation is specialised on, computed once.
+
+A `KernelKey` is a frozen, hashable record derived from the IR (`kernel_key(mixer, d_model)`),
+in plain Python. It is the one statement of what a mixer *means* to a backend: the planner picks a
+path from it, the fla mapping and the self-check cache key on it, codegen renders Triton source
+from it, and custom-op names are derived from it. Nothing downstream reads the spec back from
+tensors (which fields are None, how many dims a decay has) or from the module that owns a path.
+
+The key holds what changes the *computation*, not the parameters: two mixers with the same key run
+the same kernels on tensors of the same shapes.
+
+Shape names as elsewhere: H heads, Dk key width (state rows), Dv value width, G query/key groups,
+F feature width of phi(k).
+
+This module imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+from seqdsl.ir import nodes
+from seqdsl.ir.layout import HeadLayout, head_layout
+
+Family = Literal["softmax", "select", "recurrent"]
+DecayKind = Literal["none", "constant", "scalar", "vector"]
+UpdateKind = Literal["additive", "bonus", "delta", "rwkv7"]
+
+
+def feature_width(feature: str, d: int) -> int:
+    """Width of phi(x) for an input of width d (the reference's `feature_dim`, torch-free)."""
+    if feature in ("identity", "elu1", "relu"):
+        return d
+    if feature == "taylor":
+        return 1 + d + d * d
+    raise ValueError(f"unknown feature map {feature!r}")
+
+
+@dataclass(frozen=True)
+class SelectKey:
+    """Top-k selection, as the kernels see it (see seqdsl/reference/top1.py for the semantics)."""
+
+    k: int
+    over: Literal["element", "chunk"]
+    chunk: int | None  # chunk size for over=chunk, else None
+    score: Literal["max", "mean", "lse"]  # chunk score (element: always "max")
+    local: bool  # chunk selection also attends the query's own chunk
+    grad: Literal["ste", "none"]
+    value_grad: Literal["hard", "soft"]  # element selection with grad=ste
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    family: Family  # softmax attention, top-k selection, or the recurrent (linear-weights) family
+    heads: int  # H
+    key_dim: int  # Dk (before the feature map)
+    head_dim: int  # Dv
+    qk_groups: int  # G
+    feature: str  # phi: identity / elu1 / relu / taylor
+    feature_dim: int  # F = width of phi(k)
+    relation: str  # dot / random_keys / const_keys / positional
+    qk_norm: bool
+    position: str  # none / rope / alibi
+    # The factor applied to q.k by the path (1/sqrt(Dk) for `scale = auto`; 1 when the feature
+    # map took the scale into q, as for Based's Taylor features).
+    scale: float
+    temperature: float  # softmax temperature (1.0 for the recurrent family)
+    # softmax family
+    visibility: str  # full / window / chunk_local
+    window: int | None  # window size, or chunk_local size, else None
+    score_bias: bool  # an additive (H or B,H, L, L) bias: decay or positional relation (not ALiBi)
+    select: SelectKey | None
+    # recurrent family
+    weights: str  # softmax / linear / normalized_linear
+    decay: DecayKind  # constant, data-dependent scalar, per-channel vector (ALiBi adds a constant)
+    update: UpdateKind
+    value_cols: int  # columns of v the state carries: Dv, + 1 normaliser for normalized_linear
+
+    @property
+    def decay_shape(self) -> Literal["none", "scalar", "vector"]:
+        """The shape of the log decay the recurrent path receives: none, (B,T,H) or (B,T,H,Dk).
+        A constant decay and ALiBi's per-head penalty arrive as per-head scalars."""
+        if self.decay == "vector":
+            return "vector"
+        if self.decay == "none" and self.position != "alibi":
+            return "none"
+        return "scalar"
+
+    def slug(self) -> str:
+        """A short, stable, identifier-safe name: custom-op names and cache file names use it."""
+        import hashlib
+
+        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:12]
+        if self.select is not None:
+            what = f"top{self.select.k}_{self.select.over}"
+        else:
+            what = self.family
+        return f"{what}_{digest}"
+
+
+def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
+    rel = mixer.relation
+    if feature != "identity":
+        return 1.0  # the feature map's input carries the scale (see MixerModule._features)
+    if isinstance(rel, nodes.Dot) and rel.scale != "auto":
+        return float(rel.scale)
+    return 1.0 / math.sqrt(key_dim)
+
+
+def _decay_kind(decay: nodes.Primitive) -> DecayKind:
+    if isinstance(decay, nodes.NoDecay):
+        return "none"
+    if isinstance(decay, nodes.ConstantDecay):
+        return "constant"
+    if isinstance(decay, nodes.DataDependentDecay):
+        return "vector" if decay.granularity == "vector" else "scalar"
+    raise TypeError(f"unhandled decay {decay!r}")  # exhaustiveness: tests/ir/test_exhaustive.py
+
+
+def _update_kind(update: nodes.Primitive) -> UpdateKind:
+    if isinstance(update, nodes.Additive):
+        return "bonus" if update.bonus else "additive"
+    if isinstance(update, nodes.Delta):
+        return "delta"
+    if isinstance(update, nodes.Rwkv7):
+        return "rwkv7"
+    raise TypeError(f"unhandled update {update!r}")
+
+
+def _select_key(select: nodes.Primitive) -> SelectKey | None:
+    if isinstance(select, nodes.NoSelect):
+        return None
+    if isinstance(select, nodes.Top):
+        chunked = isinstance(select.over, nodes.Chunk)
+        return SelectKey(
+            k=select.k, over="chunk" if chunked else "element",
+            chunk=select.over.size if chunked else None,
+            score=select.score if chunked else "max", local=select.local if chunked else False,
+            grad=select.grad, value_grad=select.value_grad)
+    raise TypeError(f"unhandled select {select!r}")
+
+
+def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = None) -> KernelKey:
+    """The key of `mixer` inside a model of width `d_model` (raises LayoutError if the heads do
+    not fit: `seqdsl.ir.layout.head_layout`)."""
+    layout = layout or head_layout(mixer, d_model)
+    rel = mixer.relation
+    feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
+    softmax = isinstance(mixer.weights, nodes.Softmax)
+    select = _select_key(mixer.select)
+    vis = mixer.visibility
+    decay = _decay_kind(mixer.decay)
+    return KernelKey(
+        family="select" if select is not None else "softmax" if softmax else "recurrent",
+        heads=layout.heads, key_dim=layout.key_dim, head_dim=layout.head_dim,
+        qk_groups=layout.qk_groups, feature=feature,
+        feature_dim=feature_width(feature, layout.key_dim), relation=rel.kind,
+        qk_norm=isinstance(rel, nodes.Dot) and rel.qk_norm, position=mixer.position.kind,
+        scale=_score_scale(mixer, feature, layout.key_dim),
+        temperature=mixer.weights.temperature if softmax else 1.0,
+        visibility=vis.kind, window=getattr(vis, "size", None),
+        score_bias=softmax and (decay != "none" or isinstance(rel, nodes.Positional)),
+        select=select, weights=mixer.weights.kind, decay=decay,
+        update=_update_kind(mixer.update),
+        value_cols=layout.head_dim + isinstance(mixer.weights, nodes.NormalizedLinear),
+    )
