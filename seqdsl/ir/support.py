@@ -1,0 +1,124 @@
+"""What each fast backend accepts, as a function of the kernel key: one table per backend.
+
+The static half of every path decision lives here, torch-free, so that the checker's backend
+rules (W002, W003) and the planner (`seqdsl.lower.paths`) read the same facts and cannot drift.
+What only the machine can answer (is the package importable, does the kernel pass its
+self-check on this GPU and Triton, is this fla version's known refusal in force) is decided at
+run time by the planner, after the table has said yes.
+
+Every table returns a `Support`: the op it would run, or the reason it will not. A reason names
+the key field that rules the backend out, in words a user can act on.
+
+This module imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from seqdsl.ir.key import KernelKey
+
+
+@dataclass(frozen=True)
+class Support:
+    backend: str  # "sdpa", "fla", "triton", "mamba"
+    op: str | None  # what would run, e.g. "fla.chunk_gla"; None when the backend cannot
+    reason: str = ""  # why not (empty when op is set)
+    tiling: bool = False  # the refusal is about chunk/tile sizes (checker rule W002), not dims
+
+    @property
+    def ok(self) -> bool:
+        return self.op is not None
+
+
+def _no(backend: str, reason: str, *, tiling: bool = False) -> Support:
+    return Support(backend, None, reason, tiling)
+
+
+def _pow2(n: int) -> bool:
+    return n > 0 and not n & (n - 1)
+
+
+# --- torch.nn.functional.scaled_dot_product_attention ----------------------------------------------
+
+
+def sdpa(key: KernelKey) -> Support:
+    """Softmax attention over every visible key: any head dim (SDPA has a math fallback), any
+    mask. `sdpa.causal` is the flash/cuDNN-eligible call with `is_causal` and no mask."""
+    if key.family == "select":
+        return _no("sdpa", "top-k selection keeps a subset of the visible keys; SDPA attends all of them")
+    if key.family != "softmax":
+        return _no("sdpa", f"`{key.weights}` weights are not a softmax")
+    if key.visibility == "full" and key.position != "alibi" and not key.score_bias:
+        return Support("sdpa", "sdpa.causal")
+    return Support("sdpa", "sdpa.mask")
+
+
+# --- flash-linear-attention ------------------------------------------------------------------------
+
+FLA_MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot): smaller key/value widths cannot run
+
+
+def fla(key: KernelKey) -> Support:
+    """The fla chunked kernel for a recurrent mixer (inputs as the reference takes them)."""
+    if key.family != "recurrent":
+        return _no("fla", "flash-linear-attention runs the recurrent (linear-weights) family only")
+    if min(key.feature_dim, key.value_cols) < FLA_MIN_DIM:
+        return _no("fla", f"key/value widths {key.feature_dim}x{key.value_cols} are below fla's "
+                          f"{FLA_MIN_DIM}-wide tiles")
+    shape = key.decay_shape
+    if key.update == "rwkv7":
+        return Support("fla", "fla.chunk_rwkv7")
+    if key.update == "bonus":
+        return Support("fla", "fla.chunk_rwkv6")
+    if key.update == "additive":
+        return Support("fla", "fla.chunk_gla" if shape == "vector" else "fla.chunk_simple_gla")
+    if key.update == "delta":
+        if shape == "vector":
+            return _no("fla", "fla has no delta-rule kernel with a per-channel decay")
+        return Support("fla", "fla.chunk_delta_rule" if shape == "none" else "fla.chunk_gated_delta_rule")
+    raise ValueError(f"unhandled update {key.update!r}")  # exhaustiveness: tests/ir/test_exhaustive.py
+
+
+# --- the generated Triton kernels (codegen/, kernels/) -----------------------------------------------
+
+TRITON_HEAD_DIMS = (16, 32, 64, 128)  # widths the generated kernels take as whole tiles
+TRITON_MIN_CHUNK = 16  # a chunk is loaded as one tile: a power of two >= 16 (tl.arange, tl.dot)
+
+
+def triton(key: KernelKey) -> Support:
+    """The generated Top-1 kernels: element or chunk selection with k = 1."""
+    sel = key.select
+    if key.family != "select" or sel is None:
+        return _no("triton", "the generated kernels cover the Top-1 selection family only")
+    if sel.k != 1:
+        return _no("triton", f"top-{sel.k}: the generated kernels select one element or chunk (k = 1)")
+    if key.feature != "identity":
+        return _no("triton", f"feature map `{key.feature}` under selection")
+    for what, dim in (("key", key.feature_dim), ("value", key.head_dim)):
+        if dim not in TRITON_HEAD_DIMS:
+            return _no("triton", f"{what} width {dim} is not one of "
+                                 f"{', '.join(map(str, TRITON_HEAD_DIMS))}")
+    if key.position == "alibi":
+        return _no("triton", "ALiBi under selection is not generated (reference only)")
+    if key.visibility != "full":
+        return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
+                             "(reference only)")
+    if sel.over == "chunk":
+        if sel.chunk < TRITON_MIN_CHUNK or not _pow2(sel.chunk):
+            return _no("triton", f"chunk({sel.chunk}) is not a power of two >= {TRITON_MIN_CHUNK}: "
+                                 "the kernels load a chunk as one tile", tiling=True)
+        if sel.score == "lse":
+            return _no("triton", "chunk score `lse` is not generated (max and mean are)")
+    return Support("triton", f"triton.top1_{sel.over}")
+
+
+# --- all backends, per family, in the planner's order of preference --------------------------------
+
+BACKENDS = {"sdpa": sdpa, "fla": fla, "triton": triton}
+_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("fla",)}
+
+
+def fast_paths(key: KernelKey) -> list[Support]:
+    """What each fast backend that could serve this key's family says about it, best first."""
+    return [BACKENDS[name](key) for name in _FAST_FOR_FAMILY[key.family]]
