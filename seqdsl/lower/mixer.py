@@ -24,7 +24,7 @@ write. Parameter shapes follow the spec, so specs that differ in one slot differ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +33,12 @@ from torch import Tensor, nn
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.key import kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
-from seqdsl.lower.paths import PathChooser
+from seqdsl.lower.paths import AttentionInputs, PathChooser, RecurrentInputs
 from seqdsl.reference.attention import alibi_slopes, rope
-from seqdsl.reference.features import feature_dim, feature_map
+from seqdsl.reference.features import feature_map
 
 
 class LoweringError(SeqError):
@@ -61,21 +62,6 @@ class MixerState:
     shift: Tensor | None = None  # (B, D) last token for token shift
 
 
-@dataclass
-class Mixed:
-    """The per-head tensors stage (3) consumes, with everything a path needs to know."""
-
-    q: Tensor  # (B, T, H, F)
-    k: Tensor  # (B, T, H, F)  (B, L, H, F) for the softmax family: cache included
-    v: Tensor  # (B, T, H, Dv)
-    log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, Dk)
-    beta: Tensor | None = None  # (B, T, H)
-    a: Tensor | None = None  # rwkv7 in-context rate (B, T, H, Dk)
-    kappa: Tensor | None = None  # rwkv7 removal key (B, T, H, Dk)
-    bias: Tensor | None = None  # additive score bias, (H, L, L) or (B, H, L, L)
-    extra: dict = field(default_factory=dict)
-
-
 class MixerModule(nn.Module):
     def __init__(self, mixer: nodes.Mixer, d_model: int, *, context: int = 2048):
         super().__init__()
@@ -93,9 +79,11 @@ class MixerModule(nn.Module):
         # G query/key projections, each shared by H / G heads (Mamba's ngroups)
         self.H, self.Dk, self.Dv, self.G = H, Dk, Dv, G = (
             layout.heads, layout.key_dim, layout.head_dim, layout.qk_groups)
+        # what stage (3) is specialised on, computed once from the IR: paths plan from this
+        self.key = kernel_key(mixer, d_model, layout)
         rel = mixer.relation
-        self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
-        self.F = feature_dim(self.feature, Dk)
+        self.feature = self.key.feature
+        self.F = self.key.feature_dim
 
         # (1) inputs
         if isinstance(mixer.conv, nodes.TokenShift):
@@ -154,7 +142,7 @@ class MixerModule(nn.Module):
         if not isinstance(mixer.gate, nodes.NoGate):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
-        self.paths = PathChooser(self)
+        self.paths = PathChooser(self.key, mixer.name)
 
     # --- (1) inputs --------------------------------------------------------------------------------
 
@@ -228,8 +216,8 @@ class MixerModule(nn.Module):
             k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
             v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
             bias, cum = self._score_bias(x, state, k_all.shape[1])
-            mixed = Mixed(q=q, k=k_all, v=v_all, bias=bias)
-            o = self.paths.softmax(mixed, pos)
+            o = self.paths.attention(AttentionInputs(q=q, k=k_all, v=v_all, pos=pos, bias=bias,
+                                                     alibi=getattr(self, "alibi", None)))
             new_state = replace(state, k=k_all, v=v_all, log_decay_cum=cum)
 
         # (4) output: norm, gate, projection
@@ -254,15 +242,6 @@ class MixerModule(nn.Module):
         elif scale != "auto":
             q = q * scale
         return feature_map(q, self.feature), feature_map(k, self.feature)
-
-    def score_scale(self) -> float:
-        """The factor on q.k the path applies (1 when the feature map took care of it)."""
-        rel = self.spec.relation
-        if self.feature != "identity":
-            return 1.0
-        if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-            return float(rel.scale)
-        return 1.0 / math.sqrt(self.Dk)
 
     def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
         """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,
@@ -298,7 +277,7 @@ class MixerModule(nn.Module):
             return F.logsigmoid(self.decay_up(self.decay_down(x))).view(B, T, self.H, self.Dk) / 16.0
         return None
 
-    def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Mixed:
+    def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> RecurrentInputs:
         B, T, _ = x.shape
         log_decay = self._log_decay(x)
         if hasattr(self, "alibi"):
@@ -315,15 +294,15 @@ class MixerModule(nn.Module):
             # delta rules need unit-norm keys so that (I - beta k k^T) is a contraction; q is
             # normalised too (DeltaNet's choice), and scaled after, so the scale survives
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-        q = q * self.score_scale()
-        mixed = Mixed(q=q, k=k, v=v, log_decay=log_decay)
+        q = q * self.key.scale
+        mixed = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay)
         if isinstance(update, nodes.Delta):
             mixed.beta = torch.sigmoid(self.beta_proj(x))
         elif isinstance(update, nodes.Rwkv7):
             mixed.a = torch.sigmoid(self.a_proj(x)).view(B, T, self.H, self.Dk)
             mixed.kappa = F.normalize(k, dim=-1)
         elif hasattr(self, "bonus"):
-            mixed.extra["bonus"] = self.bonus
+            mixed.bonus = self.bonus
         if isinstance(self.spec.weights, nodes.NormalizedLinear):
             # carry the normaliser z_t = sum_j decay * phi(k_j) as an extra value column of ones
             mixed.v = torch.cat([v, v.new_ones(B, T, self.H, 1)], dim=-1)
