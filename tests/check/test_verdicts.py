@@ -130,7 +130,9 @@ def test_mamba2_ablation_findings_point_at_the_base_spec(reports):
 
 def test_retnet_names_its_horizons(reports):
     v003 = next(d for d in reports["retnet"].diagnostics if d.code == "V003")
-    assert "32 to 128 tokens" in v003.message and "6.25%" in v003.message
+    # horizons 1/|ln gamma_h| = 2^(5+h) - 0.5 (were quoted as 1/(1-gamma_h) = 2^(5+h))
+    assert "31.5 to 127.5 tokens" in v003.message and "6.23%" in v003.message
+    assert v003.severity == "error"  # a recurrence whose every head forgets within the context
 
 
 def test_window_2048_fails_at_a_longer_context():
