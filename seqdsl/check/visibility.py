@@ -64,7 +64,8 @@ def chunk_local_visibility(ctx: MixerContext):
     vis = ctx.mixer.visibility
     if isinstance(vis, nodes.ChunkLocal) and vis.size < ctx.context:
         yield Finding(
-            f"chunk_local({vis.size}) lets a token see only its own chunk: at most {vis.size} tokens, "
+            f"chunk_local({vis.size}) lets a token see only its own chunk: at most {vis.size} "
+            f"tokens, "
             f"{percent(vis.size, ctx.context)} of {ctx.ctx}, none in earlier chunks",
             ctx.span("visibility", "size"),
             "full-sequence visibility: tokens in earlier chunks are out of reach",
@@ -100,9 +101,9 @@ def exponential_forgetting(ctx: MixerContext):
     context, whose oldest token keeps weight 0.81, and every data-dependent decay. It now judges
     a constant decay by its horizon against the context (severity by weights family: info when
     it covers the context, warning under softmax, error in a recurrence) and reports a
-    data-dependent decay as info. Horizons are 1/|ln gamma| (RetNet: 31.5 to 2^(5+h) - 0.5
-    tokens), the same measure as ALiBi's 1/slope. Every decay kind is handled explicitly; an
-    unknown kind raises instead of passing silently.
+    data-dependent decay as info. Horizons are now 1/|ln gamma|, the same measure as ALiBi's
+    1/slope (RetNet's head h: 2^(5+h) - 0.5 tokens, where 1/(1-gamma) gave 2^(5+h)). Every
+    decay kind is handled explicitly; an unknown kind raises instead of passing silently.
 
     Fix: `decay = none`, or a constant decay with a horizon of at least the context. If the
     mixer needs a recency bias, let the scores carry it (`position = rope`) and keep full
@@ -158,7 +159,8 @@ def _constant(ctx: MixerContext, decay: nodes.ConstantDecay) -> Finding:
         reach = -1.0 / math.log(g)
         severity, verdict = _horizon_verdict(ctx, reach)
         return Finding(
-            f"constant decay gamma={g} forgets with a horizon of 1/|ln gamma| = {_tokens(reach)} tokens; "
+            f"constant decay gamma={g} forgets with a horizon of 1/|ln gamma| = "
+            f"{_tokens(reach)} tokens; "
             f"a token {T - 1} steps back keeps {g}^{T - 1} = {g ** (T - 1):.2g} of an "
             f"equal-scoring neighbour's weight; {verdict}",
             ctx.span("decay", "gamma"), FORGET_WHY, FORGET_FIX, severity=severity)
@@ -178,15 +180,19 @@ def _constant(ctx: MixerContext, decay: nodes.ConstantDecay) -> Finding:
     severity, verdict = _horizon_verdict(ctx, longest)
     return Finding(
         f"constant decay with RetNet's schedule gamma_h = 1 - 2^(-5-h) over {heads} heads: "
-        f"horizons 1/|ln gamma_h| from {_tokens(horizons[0])} to {_tokens(longest)} tokens ({short} of "
-        f"{heads} heads forget within the context); for the longest (head {heads - 1}), {verdict}",
+        f"horizons 1/|ln gamma_h| from {_tokens(horizons[0])} to {_tokens(longest)} tokens "
+        f"({short} of {heads} heads forget within the context); for the longest (head "
+        f"{heads - 1}), {verdict}",
         ctx.span("decay"), FORGET_WHY, FORGET_FIX, severity=severity)
 
 
 def _data_dependent(ctx: MixerContext, decay: nodes.DataDependentDecay) -> Finding:
     per = {"scalar": "one gate per head", "vector": "one gate per key channel"}[decay.granularity]
     w = ctx.mixer.weights
-    if isinstance(w, nodes.Softmax):
+    if isinstance(w, nodes.Softmax) and decay.granularity == "vector":
+        family = ("a softmax score has no key channels to decay separately (W001 reports the "
+                  "conflict); as a per-head gate it would be a learned recency bias")
+    elif isinstance(w, nodes.Softmax):
         family = ("under softmax it is a learned recency bias on the scores (a Forgetting "
                   "Transformer); gates that learn to stay near 1 keep every token selectable")
     elif isinstance(w, (nodes.Linear, nodes.NormalizedLinear)):

@@ -45,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip these rules (same forms as --select); they do not count for verdicts")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--exit-zero", action="store_true",
-                        help="exit 0 even when a spec is degraded or fails (2 still means unreadable input)")
+                        help="exit 0 even when a spec is degraded or fails "
+                             "(2 still means unreadable input)")
     parser.add_argument("--context", type=_positive, metavar="N",
                         help="judge windows and horizons against N tokens instead of the models' context")
 

@@ -111,7 +111,8 @@ def _instances(cls: type[nodes.Primitive]) -> list[nodes.Primitive]:
             continue
         values = []
         for leaf in _flatten(field.annotation):
-            values += list(typing.get_args(leaf)) if typing.get_origin(leaf) is Literal else SAMPLES[leaf]
+            literal = typing.get_origin(leaf) is Literal
+            values += list(typing.get_args(leaf)) if literal else SAMPLES[leaf]
         choices[name] = values
     return [cls(**dict(zip(choices, combo))) for combo in itertools.product(*choices.values())]
 

@@ -78,7 +78,8 @@ def test_max_weight_bounds_every_softmax_in_range(bound, unit_logits, which):
 @pytest.mark.parametrize("body,keys", [
     ("", 2048), ("visibility = window(256)", 256), ("visibility = chunk_local(4096)", 2048),
     ("select = top(1)", 1), ("select = top(4)", 4),
-    ("select = top(1, over=chunk(128))", 256), ("select = top(2, over=chunk(128), local=false)", 256),
+    ("select = top(1, over=chunk(128))", 256),
+    ("select = top(2, over=chunk(128), local=false)", 256),
     ("select = top(32, over=chunk(128))", 2048),
 ])
 def test_forward_keys(body, keys):
