@@ -162,9 +162,21 @@ def rules_table() -> str:
     return "\n".join(out)
 
 
+def rule_changes() -> str:
+    """Each rule's `What changed:` paragraph: the judgements that changed a verdict, in the
+    rule's own documentation (what `seqdsl explain CODE` prints)."""
+    out = []
+    for r in ordered():
+        for para in r.doc.split("\n\n"):
+            if para.startswith("What changed:"):
+                text = " ".join(para[len("What changed:"):].split())
+                out.append(f"- **{r.code}** `{r.name}`: {text}")
+    return "\n".join(out)
+
+
 GENERATED = {
     GRAMMAR_README: {"slots": slots_table, "errors": errors_section},
-    CHECKER_DOC: {"rules": rules_table},
+    CHECKER_DOC: {"rules": rules_table, "rule-changes": rule_changes},
 }
 
 
