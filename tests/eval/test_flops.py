@@ -134,3 +134,13 @@ def test_mfu_is_achieved_over_peak():
     assert mfu(200_000, 8.5e8, 989e12) == pytest.approx(200_000 * 8.5e8 / 989e12)
     with pytest.raises(ValueError):
         mfu(1.0, 1.0, 0.0)
+
+
+def test_measured_gemm_rate_is_a_positive_rate_and_feeds_mfu():
+    from seqdsl.eval.gemm import measure_gemm_rate
+
+    rate = measure_gemm_rate("cpu", dtype=torch.float32, n=32, repeats=2, warmup=1)
+    assert rate > 0 and rate != float("inf")
+    assert mfu(1.0, rate, rate) == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        measure_gemm_rate("cpu", n=0)
