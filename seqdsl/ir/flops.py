@@ -104,8 +104,10 @@ def _visible(key: KernelKey, i: int) -> int:
 
 
 def _attention(key: KernelKey, keys: int) -> float:
-    """Forward FLOPs of softmax attention of one query over `keys` keys, all heads."""
-    return 2.0 * key.heads * (key.feature_dim + key.head_dim) * keys
+    """Forward FLOPs of softmax attention of one query over `keys` keys, all heads. A
+    `positional` relation's scores are a learned per-distance table, read, not computed."""
+    score_width = 0 if key.relation == "positional" else key.feature_dim
+    return 2.0 * key.heads * (score_width + key.head_dim) * keys
 
 
 def _softmax_mixing(key: KernelKey, i: int) -> Flops:

@@ -144,3 +144,9 @@ def test_measured_gemm_rate_is_a_positive_rate_and_feeds_mfu():
     assert mfu(1.0, rate, rate) == pytest.approx(1.0)
     with pytest.raises(ValueError):
         measure_gemm_rate("cpu", n=0)
+
+
+def test_positional_relation_is_charged_for_the_value_mix_only():
+    positional = _key("mixer m { heads = 12  head_dim = 64  relation = positional }")
+    dense = mixing_flops(_key(DENSE), 1024).forward
+    assert mixing_flops(positional, 1024).forward == pytest.approx(dense / 2, rel=1e-12)
