@@ -15,7 +15,8 @@ For each run and each OOD domain (eval records with in_domain = false, at one se
   "not reached"; one already below L at its first evaluation says "below at first eval". There
   is no extrapolation.
 - The gap is the run's value minus the baseline run's value at the same level and domain.
-Default levels: three evenly inside the training-loss range every run covers (25/50/75 %).
+Default levels: three evenly inside the training-loss range every run covers (25/50/75 %); when
+the runs share no range there are no levels (the table says why; the plot is still drawn).
 
 This module imports neither torch nor matplotlib.
 """
@@ -63,6 +64,7 @@ class Comparison:
     metric: Metric
     window: int
     cells: dict[tuple[str, str, float], Cell] = field(default_factory=dict)  # (domain, run, level)
+    note: str | None = None  # why there are no levels, when none could be chosen
 
     @property
     def domains(self) -> list[str]:
@@ -112,18 +114,19 @@ def at_level(points: tuple[Point, ...], level: float) -> tuple[float | None, str
     return None, BELOW_AT_FIRST
 
 
-def default_levels(curves: list[Curve], n: int = 3) -> tuple[float, ...]:
-    """`n` levels evenly inside the training-loss range that every curve with points covers."""
+def default_levels(curves: list[Curve], n: int = 3) -> tuple[tuple[float, ...], str | None]:
+    """`n` levels evenly inside the training-loss range that every curve with points covers, or
+    no levels and the reason."""
     spans = [(min(p.train_loss for p in ps), max(p.train_loss for p in ps))
              for c in curves for ps in c.domains.values() if ps]
     if not spans:
-        raise SeqError("no run has an OOD evaluation after a training step: nothing to compare",
-                       hint="runs need eval records with in_domain = false in metrics.jsonl")
+        return (), ("no run has an OOD evaluation after a training step (eval records with "
+                    "in_domain = false): nothing to compare")
     lo, hi = max(s[0] for s in spans), min(s[1] for s in spans)
     if lo >= hi:
-        raise SeqError(f"the runs share no training-loss range (the highest minimum is {lo:.4f}, "
-                       f"the lowest maximum {hi:.4f})", hint="choose levels with --at, e.g. --at 3.2,3.0")
-    return tuple(lo + (hi - lo) * (i + 1) / (n + 1) for i in range(n))
+        return (), (f"the runs' evaluations share no training-loss range (the highest minimum is "
+                    f"{lo:.4f}, the lowest maximum {hi:.4f}): choose levels with --at")
+    return tuple(lo + (hi - lo) * (i + 1) / (n + 1) for i in range(n)), None
 
 
 def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseline: str | None = None,
@@ -139,7 +142,11 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
     if base not in names:
         raise SeqError(f"baseline {base!r} is not one of the runs", hint=f"runs: {', '.join(names)}")
     curves = [curve(r, metric=metric, window=window, seq_len=seq_len) for r in runs]
-    chosen = tuple(sorted(levels, reverse=True)) if levels else default_levels(curves)
+    note = None
+    if levels:
+        chosen = tuple(sorted(levels, reverse=True))
+    else:
+        chosen, note = default_levels(curves)
     cells: dict[tuple[str, str, float], Cell] = {}
     by_name = {c.run.name: c for c in curves}
     domains = sorted({d for c in curves for d in c.domains})
@@ -150,7 +157,7 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
                 value, status = at_level(c.domains.get(domain, ()), level)
                 gap = value - ref if value is not None and ref is not None else None
                 cells[(domain, c.run.name, level)] = Cell(value, status, gap)
-    return Comparison(tuple(curves), chosen, base, metric, window, cells)
+    return Comparison(tuple(curves), chosen, base, metric, window, cells, note)
 
 
 UNIT = {"loss": "nats/token", "bpb": "bits/byte"}
@@ -161,6 +168,8 @@ def markdown(cmp: Comparison) -> str:
     out = [f"OOD {cmp.metric} ({UNIT[cmp.metric]}) at matched training loss (nats/token; "
            f"mean of the last {cmp.window} train records before each evaluation); "
            f"gap = run - baseline `{cmp.baseline}`."]
+    if cmp.note:
+        out.append(f"No training-loss levels: {cmp.note}.")
     for domain in cmp.domains:
         out += ["", f"### {domain}", ""]
         head = ["run", "model", "seq_len"] + [h for lv in cmp.levels for h in (f"train {lv:.3f}", "gap")]
@@ -180,7 +189,7 @@ def markdown(cmp: Comparison) -> str:
 def to_json(cmp: Comparison) -> dict:
     return {
         "metric": cmp.metric, "unit": UNIT[cmp.metric], "baseline": cmp.baseline,
-        "train_loss_window": cmp.window, "levels": list(cmp.levels),
+        "train_loss_window": cmp.window, "levels": list(cmp.levels), "note": cmp.note,
         "runs": [{"name": c.run.name, "model": c.run.label, "path": str(c.run.path), "seq_len": c.seq_len,
                   "points": {d: [{"step": p.step, "train_loss": p.train_loss, "ood": p.ood} for p in ps]
                              for d, ps in c.domains.items()}}

@@ -10,8 +10,9 @@ import pytest
 from seqdsl.cli.main import main
 from seqdsl.errors import SeqError, SeqFileError
 from seqdsl.eval.compare import (
-    BELOW_AT_FIRST, NOT_REACHED, compare, default_levels, markdown, to_json, train_loss_at)
+    BELOW_AT_FIRST, NOT_REACHED, compare, markdown, to_json, train_loss_at)
 from seqdsl.eval.metrics import read_run
+from seqdsl.eval.plot import plot
 
 STEPS = (10, 20, 30, 40)
 
@@ -67,11 +68,23 @@ def test_default_levels_lie_inside_the_range_every_run_covers(two_runs):
     assert all(c.status == "ok" for c in cmp.cells.values())
 
 
-def test_runs_without_a_shared_range_ask_for_levels(tmp_path):
+def test_runs_without_a_shared_range_get_no_levels_but_a_reason_and_a_plot(tmp_path):
     a = write_run(tmp_path, "a", dict(zip(STEPS, (4.0, 3.9, 3.8, 3.7))), [5, 5, 5, 5])
     b = write_run(tmp_path, "b", dict(zip(STEPS, (3.0, 2.9, 2.8, 2.7))), [5, 5, 5, 5])
-    with pytest.raises(SeqError, match="share no training-loss range"):
-        compare([read_run(a), read_run(b)], window=1)
+    cmp = compare([read_run(a), read_run(b)], window=1)
+    assert cmp.levels == () and "share no training-loss range" in cmp.note
+    assert "choose levels with --at" in markdown(cmp)
+    assert plot(cmp, tmp_path / "p.png").stat().st_size > 0
+
+
+def test_runs_without_ood_evaluations_cannot_be_plotted(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 1, "loss": 3.0}) + "\n")
+    cmp = compare([read_run(run)])
+    assert "nothing to compare" in cmp.note
+    with pytest.raises(SeqError, match="no OOD evaluations to plot"):
+        plot(cmp, tmp_path / "p.png")
 
 
 def test_training_loss_is_the_mean_of_the_last_window_records(tmp_path):
