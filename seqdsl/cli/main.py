@@ -20,6 +20,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("seqdsl.cli.explain", "explain a checker rule (e.g. `seqdsl explain V001`)"),
     "fmt": ("seqdsl.cli.fmt", "print specs in canonical form (or rewrite them with --write)"),
     "lower": ("seqdsl.cli.lower", "build the PyTorch model of a spec and show the path chosen per layer"),
+    "eval": ("seqdsl.cli.eval", "evaluate a checkpoint: loss per domain at any context length"),
+    "compare": ("seqdsl.cli.compare", "compare runs: OOD loss at matched training loss, table and plot"),
 }
 
 
