@@ -11,6 +11,9 @@ The IR holds no comments (equality is structural), so `format_module` alone woul
   the first of them, so each comment is printed once;
 - comments after the last item of the file stay at the end.
 
+A leading UTF-8 byte-order mark is read past (seqdsl.parse) and not written back: the canonical
+form has none, so `seqdsl fmt --write` removes it.
+
 Blank lines inside a comment block, or between it and its item, are kept as one blank line. Comments inside a multi-line
 value move to the item that follows, which is the one thing that can move a comment off its line.
 """
