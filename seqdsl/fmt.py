@@ -23,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seqdsl.ir.printer import INDENT, decl_header, format_assign, format_import
-from seqdsl.parse.parser import parse_text
+from seqdsl.parse.parser import BOM, parse_text
 from seqdsl.passes.sourcemap import SourceMap
 from seqdsl.passes.typing import Typer
 
@@ -86,6 +86,7 @@ def _collect(text: str, anchors: list[int]) -> _Comments:
 
 def format_source(text: str, path: str = "<string>") -> str:
     """`text` in canonical form, comments kept. Raises SeqError on malformed text."""
+    text = text.removeprefix(BOM)  # as the parser reads it, so a first-line comment stays one
     tree = parse_text(text, path)
     module = Typer(SourceMap()).module(tree)
     anchors = [i.span.line for i in tree.imports]

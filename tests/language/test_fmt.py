@@ -249,6 +249,11 @@ def test_resolved_goes_on_past_an_unreadable_file(mixed):
     assert out.count("mixer a {") == 2 and "b_broken.seq:2:11" in err
 
 
+def test_a_comment_on_the_byte_order_mark_line_is_kept_in_place():
+    text = "# header\nmixer a {}  # why\n"
+    assert format_source("\ufeff" + text) == text
+
+
 def test_write_removes_a_byte_order_mark(tmp_path):
     path = tmp_path / "bom.seq"
     path.write_bytes(b"\xef\xbb\xbf" + FORMATTED.encode())
