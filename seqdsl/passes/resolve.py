@@ -205,7 +205,7 @@ def _clash(keyword: str, name: str, first: _Origin, second: _Origin) -> SeqSeman
         return SeqSemanticError(
             message + (" (an imported file declares it too)" if imported else ""), here.name,
             "rename one of them" + (", or stop importing the other" if imported else ""),
-            notes=(Note(f"the other `{name}` is {'declared' if not imported else 'imported from'} here",
+            notes=(Note(f"the other `{name}` is declared here" + (", in an imported file" if imported else ""),
                         other.name),))
     line = second.via[shared]
     return SeqSemanticError(

@@ -358,7 +358,7 @@ def test_clash_with_an_import_is_reported_at_the_importing_declaration(tmp_path)
     assert (Path(note.span.file).name, note.span.line, note.span.column) == ("lib.seq", 1, 7)
     lines = err.render().splitlines()
     assert lines[0].endswith("top.seq:3:7: error: " + err.message)
-    assert lines[3].endswith("lib.seq:1:7: note: the other `a` is imported from here")
+    assert lines[3].endswith("lib.seq:1:7: note: the other `a` is declared here, in an imported file")
 
 
 def test_clash_between_two_imports_is_reported_at_the_second_import_line(tmp_path):
