@@ -27,6 +27,8 @@ CANONICAL, CHANGED, UNREADABLE = 0, 1, 2  # also the exit codes
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".seq files or directories")
+    parser.epilog = ("Every file is handled, even after one that cannot be read. Exit code: 2 if any file "
+                     "could not be read, else 1 if --check found one not in canonical form, else 0.")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--write", action="store_true", help="rewrite the files in canonical form")
     mode.add_argument("--check", action="store_true", help="exit 1 if a file is not canonical")
