@@ -163,7 +163,7 @@ def _sdpa(module, m, pos: int) -> Tensor:
     spec = module.spec
     B, T, H, _ = m.q.shape
     L = m.k.shape[1]
-    temperature = spec.weights.temperature
+    temperature = module.path_temperature()
     scale = module.score_scale() / temperature
     q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
     plain = (pos == 0 and T == L and m.bias is None and isinstance(spec.visibility, nodes.Full)
@@ -224,7 +224,7 @@ def _softmax_reference(module, m, pos: int) -> Tensor:
     L = m.k.shape[1]
     q = m.q if pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
     scale = module.score_scale()
-    temperature = spec.weights.temperature
+    temperature = module.path_temperature()
     window = spec.visibility.size if isinstance(spec.visibility, nodes.Window) else None
     alibi = getattr(module, "alibi", None)
     sel = spec.select
