@@ -50,9 +50,13 @@ def flattened_softmax(ctx: MixerContext):
 
     Fix: `weights = softmax` (T = 1) or a lower temperature, e.g. `softmax(temperature=0.5)`."""
     w = ctx.mixer.weights
-    if isinstance(w, nodes.Softmax) and w.temperature > 1:
+    t = nodes.initial_value(w.temperature) if isinstance(w, nodes.Softmax) else 1.0
+    if t > 1:
+        # a learned temperature is judged from where it starts: training may move it either way
+        learned = (f"temperature=learned({t:g})) starts at {t:g} and is learned; it"
+                   if isinstance(w.temperature, nodes.Learned) else f"temperature={t:g})")
         yield Finding(
-            f"softmax(temperature={w.temperature:g}) divides every score gap by {w.temperature:g}: "
+            f"softmax({learned} divides every score gap by {t:g}: "
             f"the weights are flatter than the scores",
             ctx.span("weights", "temperature"),
             "non-uniform distribution: a flattened softmax concentrates less",
