@@ -137,7 +137,7 @@ def resize_mixer(mixer: nodes.Mixer, d_from: int, d_to: int) -> tuple[nodes.Mixe
                      f"{layout.head_dim}{keys} (inner width {width_from} -> {width_to})")
     for what, before, after in (("qk_groups", src.qk_groups, layout.qk_groups),
                                 ("kv_groups", src.kv_groups, layout.kv_groups)):
-        if getattr(mixer, what) != "auto" and (src.heads // before) != (layout.heads // after):
+        if getattr(mixer, what) not in ("auto", 1) and (src.heads // before) != (layout.heads // after):
             notes.append(f"mixer {mixer.name}: {what} {before} -> {after} ({src.heads // before} -> "
                          f"{layout.heads // after} heads per group: the nearest that divides {layout.heads})")
     return resized, notes
