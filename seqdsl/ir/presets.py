@@ -20,7 +20,8 @@ The rules (docs/lowering.md, "Presets"):
   `heads = auto` stays auto. Explicit `qk_groups` / `kv_groups` keep the number of heads per group
   (1 group stays 1 group: Mamba's shared B/C, multi-query attention); when that does not divide
   the new head count, the largest group count that does and shares no fewer heads per group is
-  taken and reported.
+  taken (one group when there are fewer heads than one group had) and reported. Every other slot
+  (learned values included) is kept as written.
 - **Names.** The model is named for its size: a trailing size (`_110m`, `_tiny`, `_1_3b`) is
   replaced by the preset's.
 

@@ -89,6 +89,15 @@ def test_explicit_key_dim_halves_with_head_dim_and_groups_keep_heads_per_group()
     assert resize_mixer(gqa, 768, 2048)[0].kv_groups == 8  # 32 heads: 8 groups of 4 (3 per group does not divide 32)
 
 
+def test_resizing_keeps_every_other_slot():
+    m = seqdsl.loads("mixer f { heads = 12  kv_groups = 4  position = rope  relation = dot(scale = learned(0.2))"
+                     "  weights = softmax(temperature = learned(0.5)) }").program.mixer("f")
+    small, notes = resize_mixer(m, 768, 128)
+    assert (small.heads, small.kv_groups) == (2, 1)  # 3 heads per group cannot fit in 2 heads
+    assert small.model_copy(update={"heads": 12, "kv_groups": 4}) == m
+    assert any("kv_groups 4 -> 1" in n for n in notes)
+
+
 def test_preset_refuses_what_it_cannot_resize():
     m = seqdsl.loads("mixer odd { heads = 4  head_dim = 48 }").program.mixer("odd")
     with pytest.raises(PresetError, match="no halving of head_dim 48 divides"):
