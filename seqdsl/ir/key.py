@@ -78,10 +78,11 @@ class KernelKey:
     decay: DecayKind  # constant, data-dependent scalar, per-channel vector (ALiBi adds a constant)
     update: UpdateKind
     value_cols: int  # columns of v the state carries: Dv, + 1 normaliser for normalized_linear
-    # Learned values (`learned(init)`): then `scale` / `temperature` above hold the *initial*
-    # value only; the running value is a per-head tensor (exp of an nn.Parameter), an input of
-    # the kernel, not a constant to specialise on. The lowering folds both into q per head and
-    # hands its path scale 1 and temperature 1 (see MixerModule.learned_q_factor).
+    # Learned values (`learned(init)`): a per-head parameter (exp of an nn.Parameter) that the
+    # lowering folds into q before stage (3) (MixerModule._learned_q), so `scale` / `temperature`
+    # above are then 1: a kernel computes the same thing with or without these flags. They say
+    # that q carries a trainable per-head factor (for naming, and for a kernel that might one
+    # day take the factor as an input instead).
     learned_scale: bool
     learned_temperature: bool
 
@@ -111,9 +112,19 @@ def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
     rel = mixer.relation
     if feature != "identity":
         return 1.0  # the feature map's input carries the scale (see MixerModule._features)
+    if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
+        return 1.0  # folded into q, per head
     if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-        return nodes.initial_value(rel.scale)
+        return float(rel.scale)
     return 1.0 / math.sqrt(key_dim)
+
+
+def _fixed_temperature(weights: nodes.Primitive) -> float:
+    """The temperature the path divides by: the softmax's, 1 for the recurrent family and for a
+    learned temperature (folded into q, per head)."""
+    if isinstance(weights, nodes.Softmax) and not isinstance(weights.temperature, nodes.Learned):
+        return weights.temperature
+    return 1.0
 
 
 def _decay_kind(decay: nodes.Primitive) -> DecayKind:
@@ -166,7 +177,7 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
         feature_dim=feature_width(feature, layout.key_dim), relation=rel.kind,
         qk_norm=isinstance(rel, nodes.Dot) and rel.qk_norm, position=mixer.position.kind,
         scale=_score_scale(mixer, feature, layout.key_dim),
-        temperature=nodes.initial_value(mixer.weights.temperature) if softmax else 1.0,
+        temperature=_fixed_temperature(mixer.weights),
         visibility=vis.kind, window=getattr(vis, "size", None),
         score_bias=softmax and (decay != "none" or isinstance(rel, nodes.Positional)),
         select=select, weights=mixer.weights.kind, decay=decay,

@@ -34,6 +34,7 @@ from torch import Tensor, nn
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.key import kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
 from seqdsl.lower.paths import PathChooser
@@ -97,6 +98,8 @@ class MixerModule(nn.Module):
         self.H, self.Dk, self.Dv, self.G = H, Dk, Dv, G = (
             layout.heads, layout.key_dim, layout.head_dim, layout.qk_groups)
         self.Gk, self.K = Gk, K = layout.key_groups, layout.kv_groups
+        # what stage (3) is specialised on, computed once from the IR
+        self.key = kernel_key(mixer, d_model, layout)
         rel = mixer.relation
         self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
         self.F = feature_dim(self.feature, Dk)
@@ -280,8 +283,7 @@ class MixerModule(nn.Module):
 
     def path_temperature(self) -> float:
         """The softmax temperature the path applies (1 when it is learned: see `_learned_q`)."""
-        temperature = self.spec.weights.temperature
-        return 1.0 if isinstance(temperature, nodes.Learned) else temperature
+        return self.key.temperature
 
     def _features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         rel = self.spec.relation
@@ -298,15 +300,9 @@ class MixerModule(nn.Module):
         return feature_map(q, self.feature), feature_map(k, self.feature)
 
     def score_scale(self) -> float:
-        """The factor on q.k the path applies (1 when the feature map took care of it)."""
-        rel = self.spec.relation
-        if self.feature != "identity":
-            return 1.0
-        if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
-            return 1.0  # the learned per-head scale is in q: `_learned_q`
-        if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-            return float(rel.scale)
-        return 1.0 / math.sqrt(self.Dk)
+        """The factor on q.k the path applies (1 when the feature map took care of it, or when
+        the scale is learned: see `_learned_q`)."""
+        return self.key.scale
 
     def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
         """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,

@@ -51,7 +51,7 @@ def test_kernel_key_marks_learned_values_and_kv_groups():
               "  weights = softmax(temperature = learned(2.0)) }")
     key = kernel_key(m, 512)
     assert (key.learned_scale, key.learned_temperature) == (True, True)
-    assert (key.scale, key.temperature) == (0.25, 2.0)  # the initial values
+    assert (key.scale, key.temperature) == (1.0, 1.0)  # the lowering folds them into q
     assert (key.heads, key.kv_groups, key.qk_groups) == (8, 2, 8)
     plain = kernel_key(mixer("mixer g { heads = 8 }"), 512)
     assert (plain.learned_scale, plain.learned_temperature, plain.kv_groups) == (False, False, 8)
