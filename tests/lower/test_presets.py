@@ -143,3 +143,14 @@ def test_cli_lower_retnet_tiny_builds(capsys):
 
     assert main(["lower", str(SPECS_DIR / "retnet.seq"), "--preset", "tiny", "--no-tree"]) == 0
     assert "mixer retnet: 3 heads of 256 -> 1 head of 128" in capsys.readouterr().out
+
+
+def test_cli_lower_reports_a_refused_preset_in_one_message(tmp_path, capsys):
+    from seqdsl.cli.main import main
+
+    spec = tmp_path / "odd.seq"
+    spec.write_text("mixer odd { heads = 4  head_dim = 48 }\n"
+                    "model odd_lm { layers = 2  d_model = 192  vocab = 64  mixer = odd }\n")
+    assert main(["lower", str(spec), "--preset", "tiny", "--no-tree"]) == 2
+    err = capsys.readouterr().err
+    assert "error: cannot resize mixer `odd` to d_model 128" in err and "Traceback" not in err
