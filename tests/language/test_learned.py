@@ -98,3 +98,9 @@ def test_architectures_not_in_the_language_yet_name_the_limitation(text, limitat
         seqdsl.loads(text)
     assert limitation in err.value.message and "not in the language yet" in err.value.message
     assert "docs/roadmap.md" in err.value.hint
+
+
+def test_checker_reports_kv_groups_that_do_not_divide_the_heads():
+    report = check_program(seqdsl.loads("mixer f { heads = 12  kv_groups = 5 }\n"
+                                        "model m { preset = \"tiny\"  mixer = f }"))
+    assert [f.code for f in report.findings if "kv_groups = 5" in f.message] == ["M003"]
