@@ -120,11 +120,11 @@ def slots_table() -> str:
             for cls in _primitives(field.annotation):
                 kind = cls.model_fields["kind"].default
                 out.append(f"| `{slot}` | `{kind}` | {_params(cls)} | {_first_paragraph(cls.__doc__)} |")
-    nested = [nodes.Element, nodes.Chunk]  # `over=` of `top`
-    for cls in nested:
+    nested = [("`select` → `top(over=...)`", nodes.Element), ("`select` → `top(over=...)`", nodes.Chunk),
+              ("`softmax(temperature=...)`, `dot(scale=...)`", nodes.Learned)]
+    for where, cls in nested:
         kind = cls.model_fields["kind"].default
-        out.append(f"| `select` → `top(over=...)` | `{kind}` | {_params(cls)} | "
-                   f"{_first_paragraph(cls.__doc__)} |")
+        out.append(f"| {where} | `{kind}` | {_params(cls)} | {_first_paragraph(cls.__doc__)} |")
     return "\n".join(out)
 
 

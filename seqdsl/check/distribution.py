@@ -115,11 +115,16 @@ def flattened_softmax(ctx: MixerContext):
 
 def _spelling(m: nodes.Mixer, key_dim: int) -> str:
     """How the spec sets the logit scale, in its own words."""
+    def shown(value) -> str:  # a learned value is judged where it starts, and says so
+        if isinstance(value, nodes.Learned):
+            return f"learned({value.init:g}), judged at its initial value"
+        return f"{value:g}"
+
     parts = []
     if isinstance(m.relation, nodes.Dot) and m.relation.scale != "auto":
-        parts.append(f"dot(scale={m.relation.scale:g}) at Dk = {key_dim}")
+        parts.append(f"dot(scale={shown(m.relation.scale)}) at Dk = {key_dim}")
     if m.weights.temperature != 1:
-        parts.append(f"softmax(temperature={m.weights.temperature:g})")
+        parts.append(f"softmax(temperature={shown(m.weights.temperature)})")
     return " with ".join(parts) or "the spec"
 
 

@@ -27,11 +27,10 @@ from seqdsl.check.registry import (PAPER_CONTEXT, Diagnostic, MixerContext, Mode
                                    active_rules, ordered)
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
+from seqdsl.ir.presets import NOTHING_DECLARED
 from seqdsl.passes.resolve import Loaded, load
 
 VERDICTS = ("pass", "degraded", "fail")  # from best to worst; a spec that cannot be read: "error"
-# The same words as `seqdsl lower` (seqdsl/lower/lm.py: pick_model) for the same input.
-NOTHING_DECLARED = "the spec declares no mixer and no model"
 
 
 def worst(verdicts: Iterable[str]) -> str:

@@ -63,7 +63,7 @@ class Sharpness:
 def _temperature(mixer: nodes.Mixer) -> float:
     w = mixer.weights
     if isinstance(w, nodes.Softmax):
-        return w.temperature
+        return nodes.initial_value(w.temperature)  # a learned one is judged where it starts
     if isinstance(w, (nodes.Linear, nodes.NormalizedLinear)):
         return 1.0  # no temperature: the recurrent family is judged by N001
     raise TypeError(f"unhandled weights {w!r}")
@@ -73,7 +73,8 @@ def _scale(mixer: nodes.Mixer, key_dim: int) -> float:
     """The factor on q.k; the other relations have no scale parameter: the standard one."""
     rel = mixer.relation
     if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-        return abs(float(rel.scale))  # a negative scale flips the sign, not the sharpness
+        # a negative scale flips the sign, not the sharpness; a learned one is judged where it starts
+        return abs(nodes.initial_value(rel.scale))
     return 1.0 / math.sqrt(key_dim)
 
 

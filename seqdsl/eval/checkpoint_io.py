@@ -117,12 +117,12 @@ def build_model(ckpt: Checkpoint, device):
     from safetensors.torch import load_model
 
     import seqdsl
-    from seqdsl.lower.lm import LanguageModel, pick_model, with_preset
+    from seqdsl.ir.presets import model_at
+    from seqdsl.lower.lm import LanguageModel
 
     program = seqdsl.loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
-    model = pick_model(program, ckpt.config.get("model"))
-    if ckpt.config.get("preset"):
-        model = with_preset(model, ckpt.config["preset"])
+    resized = model_at(program, ckpt.config.get("model"), ckpt.config.get("preset") or None)
+    program, model = resized.program, resized.model
     # built normally (not on the meta device) so that buffers the checkpoint does not store,
     # such as ALiBi slopes, are computed as in training
     lm = LanguageModel(program, model)

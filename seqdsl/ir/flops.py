@@ -214,10 +214,8 @@ def projection_weights(mixer: nodes.Mixer, d_model: int) -> int:
     """Weights of the mixer's dense layers (biases left out), as seqdsl/lower/mixer.py builds
     them: q/k/v/o projections, output gate, and the decay / beta / a projections."""
     lay = head_layout(mixer, d_model)
-    H, Dk, Dv, G, d = lay.heads, lay.key_dim, lay.head_dim, lay.qk_groups, d_model
-    rel = mixer.relation.kind
-    n = d * H * Dv * 2  # v in, o out
-    n += d * G * Dk * ((rel != "positional") + (rel == "dot"))  # q (all but positional), k (dot)
+    H, Dk, Dv, d = lay.heads, lay.key_dim, lay.head_dim, d_model
+    n = d * (_qkv_channels(mixer, lay) + H * Dv)  # q, k, v in (shared groups counted once), o out
     if not isinstance(mixer.gate, nodes.NoGate):
         n += d * H * Dv
     decay = mixer.decay
@@ -234,10 +232,16 @@ def conv_flops(mixer: nodes.Mixer, d_model: int) -> Flops:
     """The depthwise causal conv over q, k, v (token shift is elementwise: left out)."""
     if not isinstance(mixer.conv, nodes.CausalConv):
         return Flops(0.0, 0.0)
-    lay = head_layout(mixer, d_model)
+    return matmul(_qkv_channels(mixer, head_layout(mixer, d_model)) * mixer.conv.size)
+
+
+def _qkv_channels(mixer: nodes.Mixer, lay) -> int:
+    """Width of the q, k, v projections as the lowering builds them: q has qk_groups heads (none
+    for a positional relation), k key_groups heads (only for dot), v kv_groups heads."""
     rel = mixer.relation.kind
-    channels = lay.qk_groups * lay.key_dim * ((rel != "positional") + (rel == "dot")) + lay.heads * lay.head_dim
-    return matmul(channels * mixer.conv.size)
+    q = lay.qk_groups * lay.key_dim * (rel != "positional")
+    k = lay.key_groups * lay.key_dim * (rel == "dot")
+    return q + k + lay.kv_groups * lay.head_dim
 
 
 def mlp_weights(model: nodes.Model) -> int:

@@ -100,7 +100,7 @@ def _flatten(annotation) -> list:
     return [annotation]
 
 
-SAMPLES = {float: [0.5, 0.9999], int: [1]}
+SAMPLES = {float: [0.5, 0.9999], int: [1], nodes.Learned: [nodes.Learned(init=2.0)]}
 
 
 def _instances(cls: type[nodes.Primitive]) -> list[nodes.Primitive]:

@@ -19,7 +19,8 @@ from seqdsl.data.evalset import EvalSet
 from seqdsl.eval import evaluate
 from seqdsl.eval.checkpoint_io import CheckpointError, build_model, read_checkpoint
 from seqdsl.eval.metrics import read_run
-from seqdsl.lower.lm import LanguageModel, pick_model
+from seqdsl.ir.presets import model_at
+from seqdsl.lower.lm import LanguageModel
 
 SPEC = """mixer attn { heads = 2  head_dim = 16  position = rope }
 model tiny_attn { layers = 2  d_model = 32  vocab = 256  context = 16  mixer = attn }
@@ -30,7 +31,7 @@ STEP = 7
 def write_run(root: Path, *, hashes: bool = True, config: dict | None = None) -> tuple[Path, LanguageModel]:
     program = seqdsl.loads(SPEC).program
     torch.manual_seed(0)
-    lm = LanguageModel(program, pick_model(program))
+    lm = LanguageModel(program, model_at(program).model)
     run = root / "run"
     ckpt = run / "checkpoints" / f"step_{STEP:08d}"
     ckpt.mkdir(parents=True)

@@ -12,7 +12,8 @@ from seqdsl.ir import nodes
 from seqdsl.ir.flops import (
     flops_per_token, mfu, mixing_flops, mlp_weights, peak_bf16_flops, projection_weights)
 from seqdsl.ir.key import kernel_key
-from seqdsl.lower.lm import LanguageModel, pick_model, with_preset
+from seqdsl.ir.presets import model_at
+from seqdsl.lower.lm import LanguageModel
 from tests.spec_library import SPEC_FILES, SPEC_IDS, spec_model
 
 
@@ -22,7 +23,8 @@ def linear_weights(module: nn.Module) -> int:
 
 def library_model(name: str, preset: str = "110m") -> tuple[nodes.Program, nodes.Model]:
     program = seqdsl.load(f"specs/{name}.seq").program
-    return program, with_preset(pick_model(program), preset)
+    resized = model_at(program, preset=preset)
+    return resized.program, resized.model
 
 
 @pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
@@ -150,3 +152,13 @@ def test_positional_relation_is_charged_for_the_value_mix_only():
     positional = _key("mixer m { heads = 12  head_dim = 64  relation = positional }")
     dense = mixing_flops(_key(DENSE), 1024).forward
     assert mixing_flops(positional, 1024).forward == pytest.approx(dense / 2, rel=1e-12)
+
+
+@pytest.mark.parametrize("groups", ["qk_groups = 2", "kv_groups = 2", "kv_groups = 1"])
+def test_counted_weights_follow_shared_projections(groups):
+    program = seqdsl.loads(f"mixer m {{ heads = 4  head_dim = 16  {groups} }}\n"
+                           "model lm { layers = 1  d_model = 64  vocab = 32  mixer = m }").program
+    model = program.model("lm")
+    with torch.device("meta"):
+        lm = LanguageModel(program, model)
+    assert projection_weights(program.mixer("m"), 64) == linear_weights(lm.blocks[0].mixer)

@@ -13,7 +13,8 @@ import seqdsl
 from seqdsl.data.evalset import EvalSet
 from seqdsl.eval import EvalError, evaluate
 from seqdsl.eval.loss import windows
-from seqdsl.lower.lm import LanguageModel, pick_model
+from seqdsl.ir.presets import model_at
+from seqdsl.lower.lm import LanguageModel
 
 SPEC = """
 mixer attn { heads = 2  head_dim = 16  position = rope }
@@ -26,7 +27,7 @@ model tiny_rk extends tiny_attn { mixer = rk }
 def tiny_lm(name: str, seed: int = 0) -> LanguageModel:
     program = seqdsl.loads(SPEC).program
     torch.manual_seed(seed)
-    return LanguageModel(program, pick_model(program, name)).double()
+    return LanguageModel(program, model_at(program, name).model).double()
 
 
 def prefix_nll(lm: LanguageModel, tokens: torch.Tensor, seq_len: int) -> float:
