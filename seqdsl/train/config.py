@@ -81,14 +81,24 @@ def _read(path: Path) -> dict:
         raise SeqFileError(f"cannot read config {path}: {err.strerror if isinstance(err, OSError) else err}") from None
     try:
         if path.suffix == ".toml":
-            import tomllib  # Python >= 3.11
-
-            return tomllib.loads(text)
+            return _toml().loads(text)
         return json.loads(text)
-    except ImportError:
-        raise SeqError("TOML configs need Python >= 3.11; use a .json config") from None
     except ValueError as err:  # json.JSONDecodeError and tomllib.TOMLDecodeError
         raise SeqFileError(f"{path}: not valid {path.suffix[1:].upper()}: {err}") from None
+
+
+def _toml():
+    try:
+        import tomllib  # Python >= 3.11
+
+        return tomllib
+    except ImportError:
+        try:
+            import tomli  # the same parser, for Python 3.10 (the `train` extra installs it)
+
+            return tomli
+        except ImportError:
+            raise SeqError("TOML configs need Python >= 3.11 or the tomli package; or use a .json config") from None
 
 
 def _parse_value(text: str):
