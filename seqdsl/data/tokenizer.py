@@ -40,7 +40,7 @@ class FileTokenizer:
         except Exception as err:  # tokenizers raises a bare Exception on a malformed file
             raise SeqFileError(f"cannot read tokenizer {path}: {str(err).splitlines()[0]}") from None
         self.name = path
-        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1  # ids run 0 .. max
         ids = [self._tok.token_to_id(n) for n in EOS_NAMES]
         found = [i for i in ids if i is not None]
         if not found:
