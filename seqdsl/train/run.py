@@ -159,7 +159,8 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                                max_tokens=config.data.eval_tokens)
     mfu = mfu_meter(model, seq_len, device)
     progress = Progress(steps, start, config.log_every, show_progress)
-    progress.message(f"training {model.spec.name} ({lm.num_parameters():,} parameters) for {steps} steps of "
+    progress.message(f"training {model.spec.name} at preset {config.preset or 'as written'} "
+                     f"({lm.num_parameters():,} parameters) for {steps} steps of "
                      f"{config.batch} x {seq_len} tokens on {device.type} x {d.world}; domains: train "
                      f"{', '.join(train_domains)}; evaluate {', '.join(eval_domains)}")
 
