@@ -43,18 +43,20 @@ class _DomainLoss:  # MERGE NOTE: remove with _fallback_evaluate
 def _fallback_evaluate(model, sets, *, seq_len, batch_size, device, autocast_dtype=None):
     """MERGE NOTE: stand-in for seqdsl.eval.evaluate until the eval branch merges; delete then."""
     out = {}
+    ctx = (lambda: torch.autocast(device.type, dtype=autocast_dtype)) if autocast_dtype else nullcontext
     for name, s in sets.items():
         tokens = s.tokens.to(device)
         n = tokens.numel()
         starts = list(range(0, n - 1, seq_len))
+        full = [st for st in starts if st + seq_len + 1 <= n]
+        windows = [tokens[st: st + seq_len + 1][None] for st in starts[len(full):]]  # the shorter last one
+        windows += [torch.stack([tokens[st: st + seq_len + 1] for st in full[i: i + batch_size]])
+                    for i in range(0, len(full), batch_size)]
         total = 0.0
-        for i in range(0, len(starts), batch_size):
-            for start in starts[i: i + batch_size]:  # one window at a time: the last may be shorter
-                window = tokens[start: start + seq_len + 1]
-                ctx = torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype else nullcontext()
-                with ctx:
-                    logits, _ = model(window[None, :-1])
-                total += F.cross_entropy(logits.float()[0], window[1:], reduction="sum").item()
+        for w in windows:
+            with ctx():
+                logits, _ = model(w[:, :-1])
+            total += F.cross_entropy(logits.float().flatten(0, 1), w[:, 1:].flatten(), reduction="sum").item()
         loss = total / (n - 1)
         out[name] = _DomainLoss(loss, loss * n / (math.log(2) * s.n_bytes), n - 1)
     return out
