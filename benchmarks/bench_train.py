@@ -11,8 +11,9 @@ any compilation). The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measure
 call, so MFU can be read against both the datasheet peak and what this GPU really does.
 
 MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
-attention): they come from `seqdsl.ir.flops` (the `eval` branch). MERGE NOTE: until it merges,
-the MFU columns are null and the table says n/a; `_flops_per_token` is the one place to wire it.
+attention): they come from `seqdsl.ir.flops` (the `eval` branch) through
+`seqdsl.train.throughput`; without it (MERGE NOTE: not on the `train` branch) the MFU columns are
+null and the table says n/a. MFU is given against the measured GEMM rate and the data-sheet peak.
 
 Prints a table and writes the rows, device, versions and date as JSON (default
 benchmarks/results/bench_train_<device>_<date>.json).
@@ -38,6 +39,7 @@ import seqdsl  # noqa: E402
 from seqdsl.lower.lm import LanguageModel, pick_model, with_preset  # noqa: E402
 from seqdsl.train.optim import adamw  # noqa: E402
 from seqdsl.train.run import CausalLoss  # noqa: E402
+from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
 SPECS = ROOT / "specs"
 FAMILIES = ("transformer,window_256,linear_attention,mamba2,gated_deltanet,rwkv7,top1_element,"
@@ -68,14 +70,12 @@ def gemm_tflops(device: torch.device, n: int = 8192, reps: int = 10) -> float | 
     return 2 * n**3 / statistics.median(times) / 1e12
 
 
-def _flops_per_token(program, spec, seq_len: int) -> float | None:
-    """Training FLOPs per token (forward + backward) from the IR, or None before `seqdsl.ir.flops`
-    is merged (MERGE NOTE: wire the eval branch's counter here)."""
+def _datasheet_peak(device_name: str) -> float | None:
     try:
-        from seqdsl.ir import flops  # noqa: F401
+        from seqdsl.ir.flops import peak_bf16_flops
     except ImportError:
         return None
-    return None
+    return peak_bf16_flops(device_name)
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
@@ -110,7 +110,7 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
     paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
             "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss.item(),
-            "flops_per_token": _flops_per_token(program, spec, seq)}
+            "flops_per_token": training_flops_per_token(program, spec, seq)}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -132,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = gemm_tflops(device)
+    peak = _datasheet_peak(device_name)
     rows = []
     for name in args.specs.split(","):
         try:
@@ -141,26 +142,29 @@ def main(argv: list[str] | None = None) -> int:
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
         fpt = row.get("flops_per_token")
         row["mfu_vs_gemm"] = fpt * row["tokens_per_s"] / (gemm * 1e12) if fpt and gemm else None
+        row["mfu_vs_datasheet"] = fpt * row["tokens_per_s"] / peak if fpt and peak else None
         rows.append(row)
         if device.type == "cuda":
             torch.cuda.empty_cache()
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}")
-    print(f"{'spec':<20} {'tokens/s':>12} {'MFU (vs GEMM)':>14} {'first step s':>13}  paths")
+    print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths")
     for r in rows:
         if "error" in r:
             print(f"{r['spec']:<20} {'failed: ' + r['error']}")
             continue
-        mfu = f"{100 * r['mfu_vs_gemm']:.1f}%" if r["mfu_vs_gemm"] is not None else "n/a"
-        print(f"{r['spec']:<20} {r['tokens_per_s']:>12,.0f} {mfu:>14} {r['first_step_s']:>13.1f}  {', '.join(r['paths'])}")
+        mfu = [f"{100 * r[k]:.1f}%" if r[k] is not None else "n/a" for k in ("mfu_vs_gemm", "mfu_vs_datasheet")]
+        print(f"{r['spec']:<20} {r['tokens_per_s']:>12,.0f} {mfu[0]:>12} {mfu[1]:>13} {r['first_step_s']:>13.1f}  "
+              f"{', '.join(r['paths'])}")
     date = datetime.date.today().isoformat()
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
         f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                "preset": args.preset, "seq": args.seq, "batch": args.batch, "steps": args.steps,
-                               "compile": args.compile, "gemm_bf16_tflops": gemm, "rows": rows}, indent=2) + "\n")
+                               "compile": args.compile, "gemm_bf16_tflops": gemm, "datasheet_bf16_flops": peak,
+                               "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0 if all("error" not in r for r in rows) else 1
 
