@@ -129,7 +129,7 @@ class MixerModule(nn.Module):
         decay = mixer.decay
         if isinstance(decay, nodes.ConstantDecay):
             log_gammas = retnet_log_gammas(H) if decay.gamma == "auto" else [math.log(decay.gamma)] * H
-            self.register_buffer("const_log_decay", torch.tensor(log_gammas), persistent=False)
+            self.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64), persistent=False)
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
@@ -277,7 +277,7 @@ class MixerModule(nn.Module):
         if not isinstance(decay, nodes.NoDecay):
             # score bias sum_{j < s <= i} log a_s = cum_i - cum_j, from cumulative sums that
             # continue those of earlier calls
-            new = self._log_decay(x).float().transpose(1, 2).cumsum(dim=-1)  # (B, H, T), float32
+            new = self._log_decay(x).to(torch.promote_types(x.dtype, torch.float32)).transpose(1, 2).cumsum(dim=-1)  # (B, H, T)
             past = state.log_decay_cum
             cum = new if past is None else torch.cat([past, past[..., -1:] + new], dim=-1)
             decay_bias = cum[..., :, None] - cum[..., None, :]

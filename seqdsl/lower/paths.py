@@ -166,7 +166,8 @@ def _sdpa(module, m, pos: int) -> Tensor:
     temperature = spec.weights.temperature
     scale = module.score_scale() / temperature
     q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
-    plain = (pos == 0 and T == L and m.bias is None and isinstance(spec.visibility, nodes.Full)
+    # scale 0 (uniform weights) with is_causal gives NaN rows on CPU (torch 2.13): explicit mask
+    plain = (scale != 0 and pos == 0 and T == L and m.bias is None and isinstance(spec.visibility, nodes.Full)
              and not hasattr(module, "alibi"))
     if plain:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
@@ -180,7 +181,7 @@ def _sdpa(module, m, pos: int) -> Tensor:
     if hasattr(module, "alibi"):
         bias = attn_ref.alibi_bias(module.alibi.float(), T, offset=pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., pos:pos + T, :].float()
+        rows = m.bias[..., pos:pos + T, :].to(torch.promote_types(m.bias.dtype, torch.float32))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
