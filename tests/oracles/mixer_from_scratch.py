@@ -66,11 +66,14 @@ def rope_pairs(x: Tensor, base: float) -> Tensor:
     return torch.stack(first + second, dim=-1)
 
 
-def alibi_slopes_pow2(H: int) -> Tensor:
-    """Press et al.'s slopes 2^(-8 h / H), h = 1..H (H a power of two)."""
-    if H & (H - 1):
-        raise NotImplementedError("the oracle's ALiBi slopes cover powers of two only")
-    return torch.tensor([2.0 ** (-8.0 * h / H) for h in range(1, H + 1)], dtype=torch.float64)
+def alibi_slopes_press(H: int) -> Tensor:
+    """Press et al.'s slopes: for H a power of two, 2^(-8 h / H) for h = 1..H; otherwise those of
+    the largest power of two P < H, then the odd-numbered slopes of 2P for the other H - P heads
+    (the ALiBi paper's reference code)."""
+    geometric = lambda n: [2.0 ** (-8.0 * h / n) for h in range(1, n + 1)]
+    P = 1 << (H.bit_length() - 1)
+    slopes = geometric(P) + geometric(2 * P)[0::2][: H - P]
+    return torch.tensor(slopes, dtype=torch.float64)
 
 
 def causal_conv_silu(u: Tensor, weight: Tensor) -> Tensor:
@@ -162,7 +165,7 @@ def softmax_scores(spec: nodes.Mixer, w: dict, q: Tensor, k: Tensor, x: Tensor, 
     j = torch.arange(T)[None, :]
     dist = (i - j).to(torch.float64)
     if isinstance(spec.position, nodes.Alibi):
-        s = s - alibi_slopes_pow2(H)[:, None, None] * dist
+        s = s - alibi_slopes_press(H)[:, None, None] * dist
     if isinstance(spec.relation, nodes.Positional):
         s = s + w["distance_bias"][:, (i - j).clamp(min=0)]
     if not isinstance(spec.decay, nodes.NoDecay):
@@ -278,7 +281,7 @@ def recurrent_mixing(spec, w, q, k, v, x, d_model) -> Tensor:
     Dv = v.shape[-1]
     g = log_decays(spec, w, x, H, Dk, d_model)
     if isinstance(spec.position, nodes.Alibi):  # a constant extra decay e^-slope per head
-        slope = alibi_slopes_pow2(H)
+        slope = alibi_slopes_press(H)
         extra = -slope.expand(B, T, H)
         g = extra if g is None else g + (extra if g.dim() == 3 else extra[..., None])
     if g is None:
