@@ -123,7 +123,7 @@ class MixerModule(nn.Module):
             self.q_norm = nn.RMSNorm(Dk, elementwise_affine=True)
             self.k_norm = nn.RMSNorm(Dk, elementwise_affine=True)
         if isinstance(mixer.position, nodes.Alibi):
-            self.register_buffer("alibi", alibi_slopes(H), persistent=False)
+            self.register_buffer("alibi", alibi_slopes(H, dtype=torch.float64), persistent=False)
 
         # (3) mixing parameters of the recurrent family
         decay = mixer.decay

@@ -179,7 +179,7 @@ def _sdpa(module, m, pos: int) -> Tensor:
         device=q.device, offset=pos, keys=L)
     bias = None
     if hasattr(module, "alibi"):
-        bias = attn_ref.alibi_bias(module.alibi.float(), T, offset=pos, keys=L)
+        bias = attn_ref.alibi_bias(module.alibi.to(torch.promote_types(q.dtype, torch.float32)), T, offset=pos, keys=L)
     if m.bias is not None:
         rows = m.bias[..., pos:pos + T, :].to(torch.promote_types(m.bias.dtype, torch.float32))
         bias = rows if bias is None else bias + rows
