@@ -35,3 +35,25 @@ def longest_chunk(program: nodes.Program, model: nodes.Model) -> int:
         if isinstance(m.visibility, (nodes.ChunkLocal, nodes.Window)):
             size = max(size, m.visibility.size)
     return size
+
+
+def shrink_mixer(mixer: nodes.Mixer, size: int) -> nodes.Mixer:
+    """The mixer with its window, chunk-local size and selection chunk cut to at most `size`."""
+    update = {}
+    if isinstance(mixer.visibility, (nodes.Window, nodes.ChunkLocal)):
+        update["visibility"] = mixer.visibility.model_copy(update={"size": min(size, mixer.visibility.size)})
+    sel = mixer.select
+    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk):
+        over = sel.over.model_copy(update={"size": min(size, sel.over.size)})
+        update["select"] = sel.model_copy(update={"over": over})
+    return mixer.model_copy(update=update)
+
+
+def shrunk_spec_model(path: Path, size: int = 16, **sizes) -> tuple[nodes.Program, nodes.Model]:
+    """`spec_model`, with every window and chunk cut to `size` tokens, so that sequences of a few
+    `size`s make windows exclude keys, give Top-1 chunk queries several candidate chunks and make
+    decoding cross chunk boundaries (the library's 256-2048 windows and chunk(128) never bite
+    within the tiny preset's context)."""
+    program, model = spec_model(path, **sizes)
+    mixers = tuple(shrink_mixer(m, size) for m in program.mixers)
+    return program.model_copy(update={"mixers": mixers}), model

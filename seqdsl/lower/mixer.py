@@ -115,7 +115,7 @@ class MixerModule(nn.Module):
             self.q_norm = nn.RMSNorm(Dk, elementwise_affine=True)
             self.k_norm = nn.RMSNorm(Dk, elementwise_affine=True)
         if isinstance(mixer.position, nodes.Alibi):
-            self.register_buffer("alibi", alibi_slopes(H), persistent=False)
+            self.register_buffer("alibi", alibi_slopes(H, dtype=torch.float64), persistent=False)
         # learned scale / temperature: one per head, stored as a log so it stays positive
         if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
             self.log_scale = nn.Parameter(torch.full((H,), math.log(rel.scale.init)))
@@ -127,7 +127,7 @@ class MixerModule(nn.Module):
         decay = mixer.decay
         if isinstance(decay, nodes.ConstantDecay):
             log_gammas = retnet_log_gammas(H) if decay.gamma == "auto" else [math.log(decay.gamma)] * H
-            self.register_buffer("const_log_decay", torch.tensor(log_gammas), persistent=False)
+            self.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64), persistent=False)
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
@@ -173,7 +173,9 @@ class MixerModule(nn.Module):
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
-        out = F.conv1d(full.transpose(1, 2), self.conv_weight[:, None, :], groups=C).transpose(1, 2)
+        # a sum over the taps (= depthwise conv1d): CPU conv1d takes seconds per call in float64 on
+        # the few-token inputs of decoding (torch 2.13)
+        out = sum(full[:, s:s + T] * self.conv_weight[:, s] for s in range(size))
         return F.silu(out), full[:, full.shape[1] - (size - 1):]
 
     # --- forward -----------------------------------------------------------------------------------
@@ -293,7 +295,7 @@ class MixerModule(nn.Module):
         if not isinstance(decay, nodes.NoDecay):
             # score bias sum_{j < s <= i} log a_s = cum_i - cum_j, from cumulative sums that
             # continue those of earlier calls
-            new = self._log_decay(x).float().transpose(1, 2).cumsum(dim=-1)  # (B, H, T), float32
+            new = self._log_decay(x).to(torch.promote_types(x.dtype, torch.float32)).transpose(1, 2).cumsum(dim=-1)  # (B, H, T)
             past = state.log_decay_cum
             cum = new if past is None else torch.cat([past, past[..., -1:] + new], dim=-1)
             decay_bias = cum[..., :, None] - cum[..., None, :]

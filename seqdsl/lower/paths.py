@@ -264,8 +264,10 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     L = m.k.shape[1]
     scale = key.scale / key.temperature
     q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
-    plain = (m.pos == 0 and T == L and m.bias is None and key.visibility == "full" and m.alibi is None)
-    if plain and scale != 0.0:
+    # scale 0 (uniform weights) with is_causal gives NaN rows on CPU (torch 2.13): explicit mask
+    plain = (scale != 0 and m.pos == 0 and T == L and m.bias is None and key.visibility == "full"
+             and m.alibi is None)
+    if plain:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         return out.transpose(1, 2)
     visible = attn_ref.visibility_mask(
@@ -273,10 +275,11 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
         chunk_local=key.window if key.visibility == "chunk_local" else None,
         device=q.device, offset=m.pos, keys=L)
     bias = None
+    # biases in float32 at least (bf16 distances lose whole positions), float64 stays float64
     if m.alibi is not None:
-        bias = attn_ref.alibi_bias(m.alibi.float(), T, offset=m.pos, keys=L)
+        bias = attn_ref.alibi_bias(m.alibi.to(torch.promote_types(q.dtype, torch.float32)), T, offset=m.pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., m.pos:m.pos + T, :].float()
+        rows = m.bias[..., m.pos:m.pos + T, :].to(torch.promote_types(m.bias.dtype, torch.float32))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible

@@ -67,10 +67,11 @@ def alibi_bias(slopes: Tensor, T: int, *, offset: int = 0, keys: int | None = No
     """(H, T, L) the ALiBi penalty -slope_h * (i - j) for queries at positions offset..offset+T-1
     and keys 0..L-1 (L = keys, default T): zero on the diagonal, more negative the further back
     the key is. Entries with j > i are positive but always masked by causality."""
-    # positions in float32 whatever the slopes' dtype: bf16 cannot count past 256
-    i = torch.arange(offset, offset + T, device=slopes.device, dtype=torch.float32)
-    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=torch.float32)
-    return (-slopes.float()[:, None, None] * (i[:, None] - j[None, :])).to(slopes.dtype)
+    # positions in float32 at least (bf16 cannot count past 256); float64 stays float64
+    dtype = torch.promote_types(slopes.dtype, torch.float32)
+    i = torch.arange(offset, offset + T, device=slopes.device, dtype=dtype)
+    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=dtype)
+    return (-slopes.to(dtype)[:, None, None] * (i[:, None] - j[None, :])).to(slopes.dtype)
 
 
 def attention_scores(

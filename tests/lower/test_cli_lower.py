@@ -7,6 +7,7 @@ import re
 import pytest
 
 from seqdsl.cli.main import main
+from tests.oracles.fla import require_fla
 from tests.spec_library import SPECS_DIR
 
 
@@ -29,7 +30,7 @@ def test_lower_reports_sizes_parameters_paths_and_tree(capsys):
 
 
 def test_lower_plans_for_a_gpu_without_one(capsys):
-    pytest.importorskip("fla")
+    require_fla()
     code, out, _ = _run(capsys, str(SPECS_DIR / "mamba2.seq"), "--device", "cuda", "--no-tree",
                         "--preset", "tiny")
     assert code == 0 and "fla.chunk_simple_gla" in out and "self-checked" in out

@@ -12,7 +12,6 @@ fla's naive files are loaded straight from their paths: they need only torch and
 from __future__ import annotations
 
 import importlib.util
-from pathlib import Path
 
 import pytest
 import torch
@@ -22,6 +21,7 @@ from hypothesis import strategies as st
 
 from seqdsl.reference.features import feature_dim, feature_map
 from seqdsl.reference.recurrent import chunked_ref, parallel_ref, recurrent_ref
+from tests.oracles.fla import fla_root
 
 F64 = torch.float64
 FP32_TOL = 2e-5  # relative: float32 eps (1.2e-7) x ~100 steps of accumulation, with margin
@@ -43,20 +43,15 @@ CASES = {
 
 
 def fla_naive(relpath: str, name: str):
-    """A function from fla/ops/<relpath>, or pytest.skip saying exactly why it is unavailable."""
-    spec = importlib.util.find_spec("fla")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("flash-linear-attention (fla) is not installed")
-    path = Path(spec.submodule_search_locations[0]) / "ops" / relpath
+    """A function from fla/ops/<relpath>; a missing fla or function fails the test (fla is in the
+    dev extra: a skip here would silently drop an oracle)."""
+    path = fla_root() / "ops" / relpath
     if not path.exists():
-        pytest.skip(f"fla has no {path} in this version")
-    try:
-        mod_spec = importlib.util.spec_from_file_location(f"_fla_naive_{abs(hash(path))}", path)
-        module = importlib.util.module_from_spec(mod_spec)
-        mod_spec.loader.exec_module(module)
-        return getattr(module, name)
-    except Exception as err:  # an import or name error is a skip with its reason, not a failure
-        pytest.skip(f"cannot load {name} from {path} on CPU: {type(err).__name__}: {err}")
+        pytest.fail(f"fla has no {path} in this version; .ci/constraints.txt pins the tested one", pytrace=False)
+    mod_spec = importlib.util.spec_from_file_location(f"_fla_naive_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return getattr(module, name)
 
 
 def make_inputs(case: str, B=2, T=7, H=2, Dk=4, Dv=3, seed=0, state=True, dtype=F64) -> dict:

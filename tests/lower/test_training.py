@@ -1,39 +1,57 @@
-"""A `tiny` model of every spec learns real text on CPU: the loss falls over 50 steps.
+"""A lowered model learns a task that only mixing can solve: fetch the first token.
 
-The text is the builtin corpus (standard-library docstrings, always present), byte-level, so the
-test needs no data files. Starting loss is ~ln(256) = 5.5 nats; unigram statistics alone bring a
-byte model below ~3.5, so a drop of more than 1 nat means the optimiser and gradients work."""
+Every sequence starts with a marker token drawn from 8 values (0..7); the other 63 tokens are
+noise from 8..63. The target at every position is the marker. From position 8 on, neither the
+current token nor a short convolution or token shift can see it, so a model whose mixer does not
+mix (o_i = v_i) is stuck at the chance loss ln 8 = 2.08 nats there; a working mixer fetches it
+from the far past (Top-1 chunk queries must select chunk 0 among up to four earlier chunks of 16).
+One layer, width 64, length 64, chunks of 16.
+
+Representative specs of the softmax family, which the paper validates (Transformer++, Top-1
+element, Top-1 chunk). Mamba-2 is not among them: at its current initialisation (dt bias 0, see
+issue 8 item 2) it stayed at chance (2.18 nats after 80 steps) on this task.
+"""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 import torch
 
-from seqdsl.data.builtin import builtin_text
-from seqdsl.data.bytes import BYTE_VOCAB, encode_bytes, random_windows
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.train.loop import fit
-from tests.spec_library import SPEC_FILES, SPEC_IDS, longest_chunk, spec_model
+from tests.spec_library import SPECS_DIR, shrunk_spec_model
 
-STEPS = 50
+LENGTH, MARKERS, VOCAB = 64, 8, 64
+FAR = 8  # positions from here on cannot see the marker without mixing
+CHANCE = math.log(MARKERS)
 
 
-@pytest.fixture(scope="module")
-def tokens():
-    return encode_bytes(builtin_text(200_000))
+def fetch_first_batches(batch: int, generator: torch.Generator):
+    while True:
+        tokens = torch.randint(MARKERS, VOCAB, (batch, LENGTH), generator=generator)
+        tokens[:, 0] = torch.randint(0, MARKERS, (batch,), generator=generator)
+        yield tokens, tokens[:, :1].expand(batch, LENGTH)
+
+
+def far_loss(lm: LanguageModel, generator: torch.Generator) -> float:
+    x, y = next(fetch_first_batches(64, generator))
+    lm.eval()
+    with torch.no_grad():
+        logits, _ = lm(x)
+    return float(torch.nn.functional.cross_entropy(logits[:, FAR:].flatten(0, 1), y[:, FAR:].flatten()))
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
-def test_tiny_model_loss_decreases_on_real_text(path, tokens):
-    program, model = spec_model(path, vocab=BYTE_VOCAB)
-    # long enough for two selection chunks where the spec selects chunks, short otherwise
-    length = max(64, min(2 * longest_chunk(program, model) + 1, 257))
-    model = model.model_copy(update={"context": max(model.context, length)})
+@pytest.mark.parametrize("name", ["transformer", "top1_chunk_exact", "top1_element"])
+def test_one_layer_model_fetches_the_first_token(name):
+    program, model = shrunk_spec_model(SPECS_DIR / f"{name}.seq", 16, vocab=VOCAB, layers=1, d_model=64)
     torch.manual_seed(0)
     lm = LanguageModel(program, model)
-    batches = random_windows(tokens, 8, length, torch.Generator().manual_seed(0))
-    losses = fit(lm, batches, STEPS, lr=3e-3, warmup=5)
-    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
-    assert all(map(lambda x: x == x, losses)), "loss became nan"
-    assert last < first - 1.0, f"loss {first:.2f} -> {last:.2f} did not fall by 1 nat in {STEPS} steps"
+    steps = 60  # the transformer reaches 0.09 nats at 60 steps, 0.5 at 40
+    before = far_loss(lm, torch.Generator().manual_seed(1))
+    fit(lm, fetch_first_batches(16, torch.Generator().manual_seed(0)), steps, lr=3e-3, warmup=5)
+    after = far_loss(lm, torch.Generator().manual_seed(1))
+    assert after < 0.25 * CHANCE, (f"{name}: loss on positions >= {FAR} went {before:.2f} -> {after:.2f} "
+                                   f"nats in {steps} steps; without mixing it stays at {CHANCE:.2f}")
