@@ -178,9 +178,9 @@ def _sdpa(module, m, pos: int) -> Tensor:
         device=q.device, offset=pos, keys=L)
     bias = None
     if hasattr(module, "alibi"):
-        bias = attn_ref.alibi_bias(module.alibi.float(), T, offset=pos, keys=L)
+        bias = attn_ref.alibi_bias(module.alibi.to(attn_ref.bias_dtype(q.dtype)), T, offset=pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., pos:pos + T, :].float()
+        rows = m.bias[..., pos:pos + T, :].to(attn_ref.bias_dtype(q.dtype))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
