@@ -163,6 +163,10 @@ def _init(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
         if getattr(module, "bias", None) is not None:
             nn.init.zeros_(module.bias)
+    elif isinstance(module, MixerModule):
+        # apply() visits children first: the mixer's Linears just got the lines above, which
+        # zero the biases its family's initialisation lives in; put that back
+        module.reset_mixing_parameters()
 
 
 def with_preset(model: nodes.Model, preset: str) -> nodes.Model:

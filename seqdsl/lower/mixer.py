@@ -36,6 +36,7 @@ from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
+from seqdsl.lower import init
 from seqdsl.lower.paths import PathChooser
 from seqdsl.reference.attention import alibi_slopes, bias_dtype, rope
 from seqdsl.reference.features import feature_dim, feature_map
@@ -146,11 +147,11 @@ class MixerModule(nn.Module):
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
-            self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, H)))
+            self.A_log = nn.Parameter(torch.zeros(H))
         elif isinstance(decay, nodes.DataDependentDecay):
-            # GLA: log a_t = logsigmoid(W2 W1 x_t) / 16, a low-rank per-channel gate
-            self.decay_down = nn.Linear(d_model, 16, bias=False)
-            self.decay_up = nn.Linear(16, H * Dk, bias=True)
+            # GLA: log a_t = logsigmoid(W2 W1 x_t + b) / 16, a low-rank per-channel gate
+            self.decay_down = nn.Linear(d_model, init.GATE_RANK, bias=False)
+            self.decay_up = nn.Linear(init.GATE_RANK, H * Dk, bias=True)
         update = mixer.update
         if isinstance(update, nodes.Delta):
             self.beta_proj = nn.Linear(d_model, H, bias=True)
@@ -168,6 +169,51 @@ class MixerModule(nn.Module):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
         self.paths = PathChooser(self)
+        self.reset_mixing_parameters()
+
+    @torch.no_grad()
+    def reset_mixing_parameters(self) -> None:
+        """The initialisation of the decay, gate, bonus and token-shift parameters that this
+        mixer's family's reference implementation uses (seqdsl/lower/init.py; docs/lowering.md,
+        "Initialisation"). Called at construction, and by the LM after its N(0, 0.02) init of
+        every Linear, which would otherwise overwrite the biases that carry these recipes."""
+        family = init.recipe(self.spec, self.Dv)
+        H, Dk, layer, n_layers = self.H, self.Dk, self.layer, self.n_layers
+        if hasattr(self, "shift_mix"):
+            self.shift_mix.copy_(init.token_shift_mix(self.d_model, layer, n_layers, family))
+        if hasattr(self, "dt_proj"):
+            self.dt_proj.bias.copy_(init.dt_bias(H))
+            self.A_log.copy_(init.a_log(H, low=0.0 if family == "gated_deltanet" else 1.0))
+            if family == "mamba2":  # mamba_ssm's in_proj keeps nn.Linear's default init
+                nn.init.kaiming_uniform_(self.dt_proj.weight, a=math.sqrt(5))
+            else:  # fla's a_proj: N(0, initializer_range = 0.02)
+                nn.init.normal_(self.dt_proj.weight, std=0.02)
+        if hasattr(self, "decay_up"):
+            if family in ("rwkv6", "rwkv7"):
+                # RWKV's decay LoRA starts with w1 = 0: the initial decay is the fixed w0 ramp
+                nn.init.zeros_(self.decay_down.weight)
+                if family == "rwkv6":  # time_decay_w2 ~ U(-0.01, 0.01)
+                    nn.init.uniform_(self.decay_up.weight, -0.01, 0.01)
+                    log_decay = init.rwkv6_log_decay(H * Dk, layer, n_layers)
+                else:  # w2 = ortho_init(., 0.1)
+                    nn.init.orthogonal_(self.decay_up.weight, gain=0.1)
+                    log_decay = init.rwkv7_log_decay(H * Dk, Dk, layer, n_layers)
+                self.decay_up.bias.copy_(init.gate_bias_for(log_decay))
+            else:  # GLA (fla's model init: N(0, 0.02), bias 0) and Mamba-1's S4D-real decay
+                nn.init.normal_(self.decay_down.weight, std=0.02)
+                nn.init.normal_(self.decay_up.weight, std=0.02)
+                if family == "mamba1":
+                    self.decay_up.bias.copy_(init.gate_bias_for(init.mamba1_log_decay(H, Dk).flatten()))
+                else:
+                    nn.init.zeros_(self.decay_up.bias)
+        if hasattr(self, "beta_proj"):  # fla's b_proj: N(0, 0.02), no bias: beta about 1/2
+            nn.init.normal_(self.beta_proj.weight, std=0.02)
+            nn.init.zeros_(self.beta_proj.bias)
+        if hasattr(self, "bonus"):
+            self.bonus.copy_(init.rwkv6_bonus(H, Dk, layer, n_layers))
+        if hasattr(self, "a_proj"):  # RWKV-7's a = sigmoid(a0 + LoRA), LoRA w1 = 0
+            nn.init.zeros_(self.a_proj.weight)
+            self.a_proj.bias.copy_(init.rwkv7_a_bias(H * Dk, Dk))
 
     # --- (1) inputs --------------------------------------------------------------------------------
 
@@ -307,7 +353,8 @@ class MixerModule(nn.Module):
         if hasattr(self, "dt_proj"):
             return -torch.exp(self.A_log) * F.softplus(self.dt_proj(x))
         if hasattr(self, "decay_up"):
-            return F.logsigmoid(self.decay_up(self.decay_down(x))).view(B, T, self.H, self.Dk) / 16.0
+            gate = self.decay_up(self.decay_down(x))
+            return F.logsigmoid(gate).view(B, T, self.H, self.Dk) / init.GATE_NORMALISER
         return None
 
     def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Mixed:
