@@ -214,6 +214,9 @@ class MixerModule(nn.Module):
         if hasattr(self, "a_proj"):  # RWKV-7's a = sigmoid(a0 + LoRA), LoRA w1 = 0
             nn.init.zeros_(self.a_proj.weight)
             self.a_proj.bias.copy_(init.rwkv7_a_bias(H * Dk, Dk))
+        if family == "rwkv7" and isinstance(self.spec.norm, nodes.GroupNorm):
+            # RWKV-7's ln_x weight ((layer + 1) / L)^0.7: deeper layers write more at first
+            nn.init.constant_(self.out_norm.weight, ((layer + 1) / n_layers) ** 0.7)
 
     # --- (1) inputs --------------------------------------------------------------------------------
 

@@ -192,6 +192,9 @@ def test_rwkv7_initial_decay_rate_and_shift_follow_the_layer_ramps(layer):
     assert torch.allclose(got, log_decay.view(m.H, m.Dk).expand_as(got), rtol=1e-4, atol=1e-7)
     assert torch.allclose(got_a, a.expand_as(got_a), atol=1e-6)
     assert torch.allclose(m.shift_mix.detach().double(), maa, atol=1e-6)
+    # ln_x.weight = ((1 + layer_id) / n_layer) ** 0.7
+    ramp = ((1 + layer) / N_LAYERS) ** 0.7
+    assert torch.allclose(m.out_norm.weight.detach(), torch.full_like(m.out_norm.weight, ramp))
 
 
 @pytest.mark.parametrize("name", ["rwkv6", "rwkv7"])

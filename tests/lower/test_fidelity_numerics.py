@@ -15,20 +15,19 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import seqdsl
 from seqdsl.ir import schedules
 from seqdsl.lower.mixer import MixerModule, segment_sums
 from seqdsl.lower.paths import set_path
 from seqdsl.reference.attention import alibi_bias, attention_ref
+from tests.oracles.decayed_softmax import decayed_softmax_oracle, exact_segment_sums
 
 D_MODEL = 128
 DECAYED = "mixer f { heads = 2  head_dim = 64  decay = data_dependent(scalar) }"
 # 16 heads: slopes 2^(-h/2), not all powers of two (with 2 heads float32 would be exact too)
 ALIBI = "mixer f { heads = 16  head_dim = 8  position = alibi }"
 POSITIONAL = "mixer f { heads = 2  head_dim = 64  relation = positional }"
-SCALE = 2 ** 1100  # every float64 >= 2^-1074 times this is an integer
 
 
 def _module(spec: str, dtype: torch.dtype, *, context: int = 2048) -> MixerModule:
@@ -38,20 +37,6 @@ def _module(spec: str, dtype: torch.dtype, *, context: int = 2048) -> MixerModul
         with torch.no_grad():  # the issue's set-up: dt bias 0, so log decays are about -5 a step
             m.dt_proj.bias.zero_()
     return m
-
-
-def _exact_segment_sums(log_decay: torch.Tensor) -> torch.Tensor:
-    """(H, T) float64 -> (H, T, T) [i, j] = sum_{j < s <= i} log a_s rounded once (0 for j >= i)."""
-    H, T = log_decay.shape
-    out = torch.zeros(H, T, T, dtype=torch.float64)
-    for h in range(H):
-        prefix = [0]
-        for value in log_decay[h].tolist():
-            num, den = float(value).as_integer_ratio()
-            prefix.append(prefix[-1] + num * (SCALE // den))
-        out[h] = torch.tensor([[(prefix[i + 1] - prefix[j + 1]) / SCALE if j < i else 0.0
-                                for j in range(T)] for i in range(T)], dtype=torch.float64)
-    return out
 
 
 def _split_difference(m: MixerModule, x: torch.Tensor, split: int, steps: int = 0) -> float:
@@ -80,7 +65,7 @@ def test_segment_sums_error_is_relative_to_each_entry(dtype):
     T = 500
     log_decay = -(5.0 + torch.rand(1, T, dtype=torch.float64)).to(dtype)
     got = segment_sums(log_decay)[0].double()
-    exact = _exact_segment_sums(log_decay.double())[0]
+    exact = exact_segment_sums(log_decay.double())[0]
     eps = torch.finfo(dtype).eps
     i, j = torch.meshgrid(torch.arange(T), torch.arange(T), indexing="ij")
     bound = ((i - j).clamp(min=0) * eps * exact.abs()).to(torch.float64)
@@ -99,21 +84,6 @@ def test_segment_sums_are_zero_on_and_above_the_diagonal():
 # --- the decayed softmax -----------------------------------------------------------------------
 
 
-def _decayed_oracle(m: MixerModule, x: torch.Tensor) -> torch.Tensor:
-    """The decayed softmax of `DECAYED` from its parameters, in float64, exact bias."""
-    x = x.double()
-    B, T, _ = x.shape
-    H, Dk = m.H, m.Dk
-    W = {name: p.detach().double() for name, p in m.named_parameters()}
-    q = (x @ W["q_proj.weight"].T).view(B, T, H, Dk)
-    k = (x @ W["k_proj.weight"].T).view(B, T, H, Dk)
-    v = (x @ W["v_proj.weight"].T).view(B, T, H, m.Dv)
-    log_decay = -torch.exp(W["A_log"]) * F.softplus(x @ W["dt_proj.weight"].T + W["dt_proj.bias"])
-    bias = _exact_segment_sums(log_decay[0].T)  # B = 1
-    o = attention_ref(q, k, v, scale=1 / math.sqrt(Dk), bias=bias)
-    return o.reshape(B, T, H * m.Dv) @ W["o_proj.weight"].T
-
-
 @pytest.mark.parametrize("path", ["sdpa", "reference"])
 def test_decayed_softmax_float64_matches_exact_oracle(path):
     m = _module(DECAYED, torch.float64)
@@ -122,7 +92,7 @@ def test_decayed_softmax_float64_matches_exact_oracle(path):
     x = torch.randn(1, 300, D_MODEL, dtype=torch.float64)
     with torch.no_grad():
         out, _ = m(x)
-    ref = _decayed_oracle(m, x)
+    ref = decayed_softmax_oracle(m, x)
     # was 1.1e-6 (bias from a float32 cumsum, cum_i - cum_j)
     assert ((out - ref).norm() / ref.norm()).item() < 1e-13
 
