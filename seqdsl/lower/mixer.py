@@ -177,6 +177,8 @@ class MixerModule(nn.Module):
         mixer's family's reference implementation uses (seqdsl/lower/init.py; docs/lowering.md,
         "Initialisation"). Called at construction, and by the LM after its N(0, 0.02) init of
         every Linear, which would otherwise overwrite the biases that carry these recipes."""
+        if self.o_proj.weight.is_meta:
+            return  # a model built on the meta device (sizes only) has no values to set
         family = init.recipe(self.spec, self.Dv)
         H, Dk, layer, n_layers = self.H, self.Dk, self.layer, self.n_layers
         if hasattr(self, "shift_mix"):

@@ -260,3 +260,11 @@ def test_language_model_init_keeps_the_recipes_and_passes_layers():
             got = m._log_decay(torch.zeros(1, 1, m.d_model))[0, 0].double()
         assert torch.allclose(got, log_decay.view(m.H, m.Dk), rtol=1e-4, atol=1e-7), layer
         assert torch.allclose(m.bonus.detach().double(), faaaa, atol=1e-6), layer
+
+
+@pytest.mark.parametrize("name", ["mamba", "rwkv6", "rwkv7"])
+def test_recipes_leave_meta_mixers_alone(name):
+    """Sizing a big model on the meta device must not try to compute values."""
+    with torch.device("meta"):
+        m = _mixer(name)
+    assert m.decay_up.bias.is_meta
