@@ -118,7 +118,8 @@ def test_gla_gate_matches_fla():
     x = _inputs()
     with torch.no_grad():
         got = m._log_decay(x)
-    # fla/models/utils + layers/gla.py: both gate Linears N(0, 0.02), bias 0, rank 16, / 16
+    # fla/layers/gla.py with fla/models/modeling_utils.py _init_weights: both gate Linears
+    # N(0, 0.02), bias 0, rank 16, / 16
     n = 200_000
     h = torch.randn(n, 16, dtype=torch.float64) * math.sqrt(D * 0.02**2)
     z = (h * torch.randn(n, 16, dtype=torch.float64) * 0.02).sum(-1)
