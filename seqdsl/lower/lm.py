@@ -73,13 +73,13 @@ class BlockState:
 
 
 class Block(nn.Module):
-    def __init__(self, mixer: nodes.Mixer, model: nodes.Model):
+    def __init__(self, mixer: nodes.Mixer, model: nodes.Model, layer: int = 0):
         super().__init__()
         d = model.d_model
         self.layout = model.block
         norm = (lambda: nn.RMSNorm(d)) if self.layout == "transformer" else (lambda: nn.LayerNorm(d))
         self.norm1 = norm()
-        self.mixer = MixerModule(mixer, d, context=model.context)
+        self.mixer = MixerModule(mixer, d, context=model.context, layer=layer, n_layers=model.layers)
         self.mlp: nn.Module | None = None
         if isinstance(model.mlp, nodes.SwiGLU):
             self.norm2 = norm()
@@ -104,7 +104,7 @@ class LanguageModel(nn.Module):
         self.spec = model
         self.embed = nn.Embedding(model.vocab, model.d_model)
         self.blocks = nn.ModuleList(
-            Block(program.mixer(model.mixer[i % len(model.mixer)]), model) for i in range(model.layers)
+            Block(program.mixer(model.mixer[i % len(model.mixer)]), model, i) for i in range(model.layers)
         )
         self.norm = nn.RMSNorm(model.d_model) if model.block == "transformer" else nn.LayerNorm(model.d_model)
         self.head = nn.Linear(model.d_model, model.vocab, bias=False)
@@ -213,6 +213,10 @@ def _init(module: nn.Module) -> None:
         nn.init.normal_(module.weight, std=0.02)
         if getattr(module, "bias", None) is not None:
             nn.init.zeros_(module.bias)
+    elif isinstance(module, MixerModule):
+        # apply() visits children first: the mixer's Linears just got the lines above, which
+        # zero the biases its family's initialisation lives in; put that back
+        module.reset_mixing_parameters()
 
 
 def build_lm(program: nodes.Program, model: str | None = None, *, preset: str | None = None) -> LanguageModel:

@@ -24,6 +24,7 @@ write. Parameter shapes follow the spec, so specs that differ in one slot differ
 
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass, replace
 
@@ -37,8 +38,9 @@ from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.key import kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
+from seqdsl.lower import init
 from seqdsl.lower.paths import AttentionInputs, PathChooser, RecurrentInputs
-from seqdsl.reference.attention import alibi_slopes, rope
+from seqdsl.reference.attention import alibi_slopes, bias_dtype, rope
 from seqdsl.reference.features import feature_map
 
 
@@ -59,17 +61,26 @@ class MixerState:
     k: Tensor | None = None
     v: Tensor | None = None
     S: Tensor | None = None
-    log_decay_cum: Tensor | None = None  # (B, H, L) decayed softmax: cumulative log decay
+    # (B, H, L) decayed softmax: the log decay of every position so far, in the bias dtype. Not a
+    # running cumulative sum: differences of large cumulative sums cancel (see `segment_sums`).
+    log_decay: Tensor | None = None
     conv: Tensor | None = None  # (B, size-1, C) last pre-conv inputs
     shift: Tensor | None = None  # (B, D) last token for token shift
 
 
 class MixerModule(nn.Module):
-    def __init__(self, mixer: nodes.Mixer, d_model: int, *, context: int = 2048):
+    """`layer` (0-based) and `n_layers` place the mixer in its model: per-layer initialisations
+    (RWKV's decay speeds) and per-layer random key tables depend on them."""
+
+    def __init__(self, mixer: nodes.Mixer, d_model: int, *, context: int = 2048, layer: int = 0,
+                 n_layers: int = 1):
         super().__init__()
         self.spec = mixer
         self.d_model = d_model
         self.context = context
+        if not 0 <= layer < n_layers:
+            raise ValueError(f"layer {layer} is not in a model of {n_layers} layers")
+        self.layer, self.n_layers = layer, n_layers
         problems = [c.message for c in conflicts(mixer)]
         if problems:
             raise LoweringError(f"mixer `{mixer.name}` cannot be lowered: " + "; ".join(problems),
@@ -105,7 +116,8 @@ class MixerModule(nn.Module):
 
         # (2) relation
         if isinstance(rel, nodes.RandomKeys):
-            g = torch.Generator().manual_seed(rel.seed)
+            # one table per layer (heads differ within the draw), deterministic in (seed, layer)
+            g = torch.Generator().manual_seed(layer_seed(rel.seed, layer))
             self.register_buffer("random_keys", torch.randn(context, H, Dk, generator=g) / math.sqrt(Dk))
         elif isinstance(rel, nodes.ConstKeys):
             self.const_key = nn.Parameter(torch.randn(H, Dk) / math.sqrt(Dk))
@@ -115,6 +127,7 @@ class MixerModule(nn.Module):
             self.q_norm = nn.RMSNorm(Dk, elementwise_affine=True)
             self.k_norm = nn.RMSNorm(Dk, elementwise_affine=True)
         if isinstance(mixer.position, nodes.Alibi):
+            # float64 so that a float64 model has exact slopes; paths cast to the bias dtype
             self.register_buffer("alibi", alibi_slopes(H, dtype=torch.float64), persistent=False)
         # learned scale / temperature: one per head, stored as a log so it stays positive
         if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
@@ -127,15 +140,16 @@ class MixerModule(nn.Module):
         decay = mixer.decay
         if isinstance(decay, nodes.ConstantDecay):
             log_gammas = retnet_log_gammas(H) if decay.gamma == "auto" else [math.log(decay.gamma)] * H
-            self.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64), persistent=False)
+            self.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64),
+                                 persistent=False)
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
-            self.A_log = nn.Parameter(torch.log(torch.linspace(1.0, 16.0, H)))
+            self.A_log = nn.Parameter(torch.zeros(H))
         elif isinstance(decay, nodes.DataDependentDecay):
-            # GLA: log a_t = logsigmoid(W2 W1 x_t) / 16, a low-rank per-channel gate
-            self.decay_down = nn.Linear(d_model, 16, bias=False)
-            self.decay_up = nn.Linear(16, H * Dk, bias=True)
+            # GLA: log a_t = logsigmoid(W2 W1 x_t + b) / 16, a low-rank per-channel gate
+            self.decay_down = nn.Linear(d_model, init.GATE_RANK, bias=False)
+            self.decay_up = nn.Linear(init.GATE_RANK, H * Dk, bias=True)
         update = mixer.update
         if isinstance(update, nodes.Delta):
             self.beta_proj = nn.Linear(d_model, H, bias=True)
@@ -153,6 +167,56 @@ class MixerModule(nn.Module):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
         self.paths = PathChooser(self.key, mixer.name)
+        self.reset_mixing_parameters()
+
+    @torch.no_grad()
+    def reset_mixing_parameters(self) -> None:
+        """The initialisation of the decay, gate, bonus and token-shift parameters that this
+        mixer's family's reference implementation uses (seqdsl/lower/init.py; docs/lowering.md,
+        "Initialisation"). Called at construction, and by the LM after its N(0, 0.02) init of
+        every Linear, which would otherwise overwrite the biases that carry these recipes."""
+        if self.o_proj.weight.is_meta:
+            return  # a model built on the meta device (sizes only) has no values to set
+        family = init.recipe(self.spec, self.Dv)
+        H, Dk, layer, n_layers = self.H, self.Dk, self.layer, self.n_layers
+        if hasattr(self, "shift_mix"):
+            self.shift_mix.copy_(init.token_shift_mix(self.d_model, layer, n_layers, family))
+        if hasattr(self, "dt_proj"):
+            self.dt_proj.bias.copy_(init.dt_bias(H))
+            self.A_log.copy_(init.a_log(H, low=0.0 if family == "gated_deltanet" else 1.0))
+            if family == "mamba2":  # mamba_ssm's in_proj keeps nn.Linear's default init
+                nn.init.kaiming_uniform_(self.dt_proj.weight, a=math.sqrt(5))
+            else:  # fla's a_proj: N(0, initializer_range = 0.02)
+                nn.init.normal_(self.dt_proj.weight, std=0.02)
+        if hasattr(self, "decay_up"):
+            if family in ("rwkv6", "rwkv7"):
+                # RWKV's decay LoRA starts with w1 = 0: the initial decay is the fixed w0 ramp
+                nn.init.zeros_(self.decay_down.weight)
+                if family == "rwkv6":  # time_decay_w2 ~ U(-0.01, 0.01)
+                    nn.init.uniform_(self.decay_up.weight, -0.01, 0.01)
+                    log_decay = init.rwkv6_log_decay(H * Dk, layer, n_layers)
+                else:  # w2 = ortho_init(., 0.1)
+                    nn.init.orthogonal_(self.decay_up.weight, gain=0.1)
+                    log_decay = init.rwkv7_log_decay(H * Dk, Dk, layer, n_layers)
+                self.decay_up.bias.copy_(init.gate_bias_for(log_decay))
+            else:  # GLA (fla's model init: N(0, 0.02), bias 0) and Mamba-1's S4D-real decay
+                nn.init.normal_(self.decay_down.weight, std=0.02)
+                nn.init.normal_(self.decay_up.weight, std=0.02)
+                if family == "mamba1":
+                    self.decay_up.bias.copy_(init.gate_bias_for(init.mamba1_log_decay(H, Dk).flatten()))
+                else:
+                    nn.init.zeros_(self.decay_up.bias)
+        if hasattr(self, "beta_proj"):  # fla's b_proj: N(0, 0.02), no bias: beta about 1/2
+            nn.init.normal_(self.beta_proj.weight, std=0.02)
+            nn.init.zeros_(self.beta_proj.bias)
+        if hasattr(self, "bonus"):
+            self.bonus.copy_(init.rwkv6_bonus(H, Dk, layer, n_layers))
+        if hasattr(self, "a_proj"):  # RWKV-7's a = sigmoid(a0 + LoRA), LoRA w1 = 0
+            nn.init.zeros_(self.a_proj.weight)
+            self.a_proj.bias.copy_(init.rwkv7_a_bias(H * Dk, Dk))
+        if family == "rwkv7" and isinstance(self.spec.norm, nodes.GroupNorm):
+            # RWKV-7's ln_x weight ((layer + 1) / L)^0.7: deeper layers write more at first
+            nn.init.constant_(self.out_norm.weight, ((layer + 1) / n_layers) ** 0.7)
 
     # --- (1) inputs --------------------------------------------------------------------------------
 
@@ -227,11 +291,11 @@ class MixerModule(nn.Module):
         else:
             k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
             v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
-            bias, cum = self._score_bias(x, state, k_all.shape[1])
+            bias, log_decays = self._score_bias(x, state, k_all.shape[1])
             o = self.paths.attention(AttentionInputs(
                 q=self._learned_q(q), k=self._shared(k_all), v=self._shared(v_all), pos=pos, bias=bias,
                 alibi=getattr(self, "alibi", None)))
-            new_state = replace(state, k=k_all, v=v_all, log_decay_cum=cum)
+            new_state = replace(state, k=k_all, v=v_all, log_decay=log_decays)
 
         # (4) output: norm, gate, projection
         o = self._output(o, x)
@@ -284,23 +348,22 @@ class MixerModule(nn.Module):
 
     def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
         """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,
-        and the cumulative log decay to carry. Rows/columns cover all L positions; the path uses
-        the last T rows."""
-        bias, cum = None, None
+        in `bias_dtype` (float64 stays float64, anything else is float32), and the per-position
+        log decays to carry. Rows/columns cover all L positions; the path uses the last T rows."""
+        dtype = bias_dtype(x.dtype)
+        bias, log_decays = None, None
         if hasattr(self, "distance_bias"):
             i = torch.arange(L, device=x.device)
             dist = (i[:, None] - i[None, :]).clamp(min=0)
-            bias = self.distance_bias[:, dist]  # (H, L, L)
+            bias = self.distance_bias[:, dist].to(dtype)  # (H, L, L)
         decay = self.spec.decay
         if not isinstance(decay, nodes.NoDecay):
-            # score bias sum_{j < s <= i} log a_s = cum_i - cum_j, from cumulative sums that
-            # continue those of earlier calls
-            new = self._log_decay(x).to(torch.promote_types(x.dtype, torch.float32)).transpose(1, 2).cumsum(dim=-1)  # (B, H, T)
-            past = state.log_decay_cum
-            cum = new if past is None else torch.cat([past, past[..., -1:] + new], dim=-1)
-            decay_bias = cum[..., :, None] - cum[..., None, :]
+            new = self._log_decay(x).to(dtype).transpose(1, 2)  # (B, H, T)
+            past = state.log_decay
+            log_decays = new if past is None else torch.cat([past, new], dim=-1)  # (B, H, L)
+            decay_bias = segment_sums(log_decays)
             bias = decay_bias if bias is None else bias + decay_bias
-        return bias, cum
+        return bias, log_decays
 
     # --- the recurrent family ------------------------------------------------------------------------
 
@@ -313,7 +376,8 @@ class MixerModule(nn.Module):
         if hasattr(self, "dt_proj"):
             return -torch.exp(self.A_log) * F.softplus(self.dt_proj(x))
         if hasattr(self, "decay_up"):
-            return F.logsigmoid(self.decay_up(self.decay_down(x))).view(B, T, self.H, self.Dk) / 16.0
+            gate = self.decay_up(self.decay_down(x))
+            return F.logsigmoid(gate).view(B, T, self.H, self.Dk) / init.GATE_NORMALISER
         return None
 
     def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> RecurrentInputs:
@@ -364,3 +428,31 @@ class MixerModule(nn.Module):
         elif isinstance(gate, nodes.SigmoidGate):
             o = o * torch.sigmoid(self.gate_proj(x))
         return self.o_proj(o)
+
+
+def layer_seed(seed: int, layer: int) -> int:
+    """The seed of layer `layer`'s random key table: `seed` itself for layer 0 (a one-layer
+    model draws what it always drew), else 32 bits of sha256(seed, layer). Not seed + layer:
+    neighbouring seeds would share tables across layers; and torch's CPU generator keeps only
+    the low 32 bits of a seed, so no wider combination would do."""
+    if layer == 0:
+        return seed
+    digest = hashlib.sha256(f"random_keys:{seed}:{layer}".encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def segment_sums(log_decay: Tensor) -> Tensor:
+    """(..., L) per-position log decays -> (..., L, L) with [i, j] = sum_{j < s <= i} log a_s
+    (0 for j >= i): the score bias of a decayed softmax.
+
+    Why not cum_i - cum_j: the cumulative sums grow with L (-5 per token is -20000 at L = 4096)
+    while the weights that matter have a bias of order 1, so the difference keeps only the last
+    digits (a float32 cumsum lost 1e-5 of the output at L = 1024). Here every entry is summed
+    from its own terms, all <= 0, starting at s = j + 1: a sum of same-sign terms has no
+    cancellation, so its rounding error is at most (i - j) * eps * |entry| (recursive summation,
+    Higham, Accuracy and Stability of Numerical Algorithms, §4.2), whatever the position. The
+    cost is that of the (L, L) bias itself: one masked copy and a cumsum over it."""
+    L = log_decay.shape[-1]
+    later = torch.ones(L, L, dtype=torch.bool, device=log_decay.device).tril(-1)  # [s, j]: s > j
+    terms = log_decay[..., :, None].expand(*log_decay.shape, L).masked_fill(~later, 0.0)
+    return terms.cumsum(dim=-2)  # [i, j] = sum_{s <= i} terms[s, j]

@@ -277,9 +277,9 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     bias = None
     # biases in float32 at least (bf16 distances lose whole positions), float64 stays float64
     if m.alibi is not None:
-        bias = attn_ref.alibi_bias(m.alibi.to(torch.promote_types(q.dtype, torch.float32)), T, offset=m.pos, keys=L)
+        bias = attn_ref.alibi_bias(m.alibi.to(attn_ref.bias_dtype(q.dtype)), T, offset=m.pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., m.pos:m.pos + T, :].to(torch.promote_types(m.bias.dtype, torch.float32))
+        rows = m.bias[..., m.pos:m.pos + T, :].to(attn_ref.bias_dtype(q.dtype))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible

@@ -63,15 +63,22 @@ def alibi_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None)
     return torch.tensor(schedules.alibi_slopes(heads), dtype=dtype, device=device)
 
 
+def bias_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype additive score biases are computed in for scores of `dtype`: float64 stays
+    float64 (a float64 model is the oracle of the others), everything else is float32 (bf16
+    cannot count past 256, and decay sums need the digits)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def alibi_bias(slopes: Tensor, T: int, *, offset: int = 0, keys: int | None = None) -> Tensor:
     """(H, T, L) the ALiBi penalty -slope_h * (i - j) for queries at positions offset..offset+T-1
     and keys 0..L-1 (L = keys, default T): zero on the diagonal, more negative the further back
-    the key is. Entries with j > i are positive but always masked by causality."""
-    # positions in float32 at least (bf16 cannot count past 256); float64 stays float64
-    dtype = torch.promote_types(slopes.dtype, torch.float32)
-    i = torch.arange(offset, offset + T, device=slopes.device, dtype=dtype)
-    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=dtype)
-    return (-slopes.to(dtype)[:, None, None] * (i[:, None] - j[None, :])).to(slopes.dtype)
+    the key is. Entries with j > i are positive but always masked by causality. Computed in
+    `bias_dtype(slopes.dtype)`, returned in the slopes' dtype."""
+    work = bias_dtype(slopes.dtype)
+    i = torch.arange(offset, offset + T, device=slopes.device, dtype=work)
+    j = torch.arange(T if keys is None else keys, device=slopes.device, dtype=work)
+    return (-slopes.to(work)[:, None, None] * (i[:, None] - j[None, :])).to(slopes.dtype)
 
 
 def attention_scores(
