@@ -76,5 +76,6 @@ def test_planner_and_checker_read_the_same_table(path):
             ops = {v.op for v in verdicts if v.ok}
             assert plan.path in ops or plan.path.startswith("reference") and plan.reason, plan
         else:
-            assert plan.path.startswith("reference") and plan.reason == verdicts[0].reason
+            assert plan.path.startswith("reference")
+            assert all(v.reason in plan.reason for v in verdicts), (plan.reason, verdicts)
             assert warned, mixer.name
