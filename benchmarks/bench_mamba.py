@@ -144,7 +144,9 @@ def main() -> int:
     device = torch.cuda.get_device_name(0)
     result = {"device": device, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "layer": {"batch": args.layer_batch, "seq": args.layer_seq, "dtype": "bfloat16"}}
+    save = lambda: args.out and Path(args.out).write_text(json.dumps(result, indent=1))  # after each part
     result["layer"]["rows"] = rows = layer_rows(args.layer_batch, args.layer_seq)
+    save()
     print(f"\n{device}, {result['date']}: one Mamba-2 110m layer's mixing (24 heads x 64, state 128, "
           f"B {args.layer_batch}, T {args.layer_seq}, bf16), forward + backward")
     print(f"{'op':<22} {'ms':>8} {'rel err out':>12} {'rel err grads':>14}")
@@ -158,6 +160,7 @@ def main() -> int:
         for seq in map(int, args.train_seqs.split(",")):
             for name in ("transformer", "mamba2"):
                 train.append(train_row(name, seq, args.train_tokens, args.steps))
+                save()
                 r = train[-1]
                 print(f"train {name:<12} T {seq:>5} batch {r['batch']:>2}: {r['tokens_per_s'] / 1e3:8.1f}K tokens/s "
                       f"({r['ms_per_step']:.0f} ms/step); paths: {'; '.join(r['paths'])}", flush=True)
@@ -169,7 +172,7 @@ def main() -> int:
             print(f"{seq:>6} {t['tokens_per_s']:>20,.0f} {m['tokens_per_s']:>14,.0f} "
                   f"{m['tokens_per_s'] / t['tokens_per_s']:>6.2f}")
     if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+        save()
         print(f"\nwrote {args.out}")
     return 0
 
