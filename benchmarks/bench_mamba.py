@@ -83,6 +83,7 @@ def layer_rows(batch: int, seq: int) -> list[dict]:
             o.float().square().mean().backward()
             return o
 
+        print(f"layer: {name} (the first call compiles and autotunes: minutes for mamba-ssm)", flush=True)
         try:
             out = step().detach()
             outputs[name] = (out, [leaves[n].grad.detach().clone() for n in base])
@@ -90,6 +91,7 @@ def layer_rows(batch: int, seq: int) -> list[dict]:
             rows.append({"op": name, "ms": ms, "error": ""})
         except Exception as err:  # e.g. fla's refusal of its gated backward on Hopper/Triton 3.6
             rows.append({"op": name, "ms": None, "error": f"{type(err).__name__}: {str(err)[:160]}"})
+        print(f"layer: {rows[-1]}", flush=True)
     ref_out, ref_grads = outputs["reference.chunked"]
     for row in rows:
         if row["op"] in outputs:
