@@ -91,9 +91,9 @@ def run(args: argparse.Namespace) -> int:
     width = max(len(_ranges(layers)) for layers in groups.values())
     for (mixer, path, why), layers in groups.items():
         print(f"  layers {_ranges(layers):<{width}}  {mixer}: {path} ({why})")
-    if device.type == "cuda" and any(r[2].startswith("fla.") for r in rows):
-        print("  (fla kernels are self-checked against the reference on first use; a failure falls "
-              "back to the reference with a warning)")
+    if device.type == "cuda" and any(r[2].startswith(("fla.", "mamba.")) for r in rows):
+        print("  (fla and mamba-ssm kernels are self-checked against the reference on first use; a "
+              "failure falls back to the reference with a warning)")
     if not args.no_tree:
         print("\n" + _tree(lm))
     return 0

@@ -119,10 +119,40 @@ def triton(key: KernelKey) -> Support:
     return Support("triton", f"triton.top1_{sel.over}")
 
 
+# --- mamba-ssm (docs/mamba.md) ------------------------------------------------------------------------
+
+
+def mamba(key: KernelKey) -> Support:
+    """Mamba-2's SSD chunked kernels for rule (1) of seqdsl/reference/recurrent.py with one
+    decay per head and step (or none): S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t. The
+    mapping (x = v, B = k, C = q, per-step log decay as mamba's dA, write scale 1) is in
+    seqdsl/lower/mamba_paths.py. Mamba-1's selective scan is not used: see the vector case."""
+    if key.family != "recurrent":
+        return _no("mamba", "mamba-ssm runs the recurrent (linear-weights) family only")
+    if key.update != "additive":
+        return _no("mamba", f"update `{key.update}`: mamba-ssm's scans are additive (no delta rule, "
+                            "RWKV bonus or RWKV-7 removal)")
+    if key.weights != "linear":
+        return _no("mamba", f"`{key.weights}` weights: the mamba-ssm path is wired for plain `linear` "
+                            "weights only (the normaliser column is left to fla)")
+    if key.feature != "identity":
+        return _no("mamba", f"feature map `{key.feature}`: the mamba-ssm path takes identity features "
+                            "(Mamba-2's B and C) only")
+    if key.decay_shape == "vector":
+        if key.head_dim == 1:
+            return _no("mamba", "a per-state-entry data-dependent decay: Mamba-1's selective scan decays "
+                                "by exp(delta_t A) (one step size per channel and step times a constant "
+                                "per state entry), which the lowered decay (free per entry) is not")
+        return _no("mamba", "a per-channel (vector) decay: the SSD kernel takes one decay per head and step")
+    return Support("mamba", "mamba.ssd")
+
+
 # --- all backends, per family, in the planner's order of preference --------------------------------
 
-BACKENDS = {"sdpa": sdpa, "fla": fla, "triton": triton}
-_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("fla",)}
+BACKENDS = {"sdpa": sdpa, "fla": fla, "triton": triton, "mamba": mamba}
+# Where several accept a key, the planner runs each one's self-check and, when more than one
+# passes, measures them once and takes the faster (seqdsl/lower/paths.py).
+_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("mamba", "fla")}
 
 
 def fast_paths(key: KernelKey) -> list[Support]:

@@ -23,8 +23,13 @@ Paths:
         triton.*    the generated Top-1 kernels (seqdsl.kernels), CUDA only, after a self-check
         reference   seqdsl.reference.top1
     recurrent family
+        mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/mamba_paths.py), CUDA
+                    only, after a self-check; single decoding steps run recurrent_ref
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
+    Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla), each is
+    self-checked, and when more than one passes they are timed once on this machine (kept with
+    the self-check verdicts, seqdsl/lower/verdicts.py) and the faster runs.
 
 `set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
 "reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
@@ -137,27 +142,52 @@ class PathChooser:
             how = "is_causal (flash/cuDNN eligible)" if op == "sdpa.causal" and device.type == "cuda" \
                 else "is_causal" if op == "sdpa.causal" else "explicit mask"
             return Plan(op, f"softmax attention, {how}")
-        table = support.triton if key.family == "select" else support.fla
-        verdict = table(key)
-        if not verdict.ok:
-            return Plan(reference, verdict.reason)
+        offers = [support.triton(key)] if key.family == "select" else support.fast_paths(key)
+        accepted = [v for v in offers if v.ok]
+        if not accepted:
+            return Plan(reference, "; ".join(f"{v.backend}: {v.reason}" for v in offers)
+                        if len(offers) > 1 else offers[0].reason)
         if device.type != "cuda":
-            return Plan(reference, f"{verdict.op} runs on CUDA only")
-        runtime = _triton_runtime if key.family == "select" else _fla_runtime
-        known = runtime.known_refusal(key, verdict.op)
-        if known:
-            return Plan(reference, known)
-        if dtype is None:  # planning for display: the self-check runs at the first real call
-            return Plan(verdict.op, f"{runtime.what}, after a self-check against the reference")
+            return Plan(reference, f"{' and '.join(v.op for v in accepted)} run on CUDA only")
+        usable, refused = [], []
+        for verdict in accepted:
+            known = _RUNTIMES[verdict.backend].known_refusal(key, verdict.op)
+            (refused if known else usable).append(known or verdict)
+        if not usable:
+            return Plan(reference, "; ".join(refused))
+        not_here = "".join(f"; not {v.op}: {why}" for v, why in zip(
+            (v for v in accepted if v not in usable), refused))
+        if dtype is None:  # planning for display: the self-checks run at the first real call
+            first = usable[0]
+            others = f"; {' or '.join(v.op for v in usable[1:])} if faster here" if len(usable) > 1 else ""
+            return Plan(first.op, f"{_RUNTIMES[first.backend].what}, after a self-check against the "
+                                  f"reference{others}{not_here}")
         from seqdsl.lower import verdicts
 
-        facts = {"op": verdict.op, "dtype": dtype, "specialised_on": runtime.facts(key)}
-        ok, detail = verdicts.cached(facts, device, lambda: runtime.self_check(key, verdict.op, dtype, device))
-        if ok:
-            return Plan(verdict.op, f"{runtime.what}, self-checked against the reference")
-        why = f"{verdict.op} failed its self-check here ({detail})"
-        warnings.warn(f"seqdsl: mixer {self.name}: {why}; running the reference instead", stacklevel=4)
-        return Plan(reference, why)
+        passed, failed = [], []
+        for verdict in usable:
+            runtime = _RUNTIMES[verdict.backend]
+            facts = {"op": verdict.op, "dtype": dtype, "specialised_on": runtime.facts(key)}
+            ok, detail = verdicts.cached(facts, device, lambda: runtime.self_check(key, verdict.op, dtype, device))
+            if ok:
+                passed.append(verdict)
+            else:
+                failed.append(f"{verdict.op} failed its self-check here ({detail})")
+        instead = f"running {passed[0].op if len(passed) == 1 else 'the faster of the rest'}" if passed \
+            else "running the reference"
+        for why in failed:
+            warnings.warn(f"seqdsl: mixer {self.name}: {why}; {instead} instead", stacklevel=4)
+        if not passed:
+            return Plan(reference, "; ".join(failed))
+        chosen, timing = passed[0], ""
+        if len(passed) > 1:  # measured once per machine, kept with the self-check verdicts
+            ops = [v.op for v in passed]
+            facts = {"race": ops, "dtype": dtype, "specialised_on": repr(key)}
+            _, timing = verdicts.cached(facts, device, lambda: (True, _race(key, passed, dtype, device)))
+            chosen = next(v for v in passed if v.op == timing.split(":")[0])
+            timing = f"; faster here ({timing.split(':', 1)[1].strip()})"
+        return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
+                               f"{timing}{not_here}")
 
     def _record(self, device: torch.device, choice: Plan) -> None:
         if self.chosen.get(device.type) != choice:
@@ -190,6 +220,11 @@ class PathChooser:
             from seqdsl.lower import fla_paths
 
             return fla_paths.run(path, m, S)
+        if path.startswith("mamba.") and m.q.shape[1] > 1:
+            from seqdsl.lower import mamba_paths
+
+            return mamba_paths.run(self.key, m, S)
+        # decoding steps of the mamba path (one token) run the reference recurrent step
         return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
 
 
@@ -229,6 +264,43 @@ class _FlaRuntime:
 
         return fla_paths.self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
 
+    @staticmethod
+    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        from seqdsl.lower import fla_paths
+
+        return fla_paths.run(op, m, S)
+
+
+class _MambaRuntime:
+    what = "mamba-ssm SSD chunked kernel (decoding steps: the reference recurrent step)"
+
+    @staticmethod
+    def facts(key: KernelKey) -> str:
+        """What the SSD self-check depends on: the widths, the grouping, whether there is a decay."""
+        from seqdsl.lower import mamba_paths
+
+        return (f"K={key.feature_dim} V={key.value_cols} G={mamba_paths.groups(key)} H={key.heads} "
+                f"decay={key.decay_shape}")
+
+    @staticmethod
+    def known_refusal(key: KernelKey, op: str) -> str:
+        from seqdsl.lower import mamba_paths
+
+        return mamba_paths.importable() or mamba_paths.known_refusal(op)
+
+    @staticmethod
+    def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        from seqdsl.lower import mamba_paths
+
+        return mamba_paths.self_check(dtype, device, key.feature_dim, key.value_cols, mamba_paths.groups(key),
+                                      key.heads, key.decay_shape != "none")
+
+    @staticmethod
+    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        from seqdsl.lower import mamba_paths
+
+        return mamba_paths.run(key, m, S)
+
 
 class _TritonRuntime:
     what = "generated Triton kernel"
@@ -252,8 +324,41 @@ class _TritonRuntime:
         return top1.self_check(key, dtype, device)
 
 
-_fla_runtime = _FlaRuntime()
-_triton_runtime = _TritonRuntime()
+_RUNTIMES = {"fla": _FlaRuntime(), "mamba": _MambaRuntime(), "triton": _TritonRuntime()}
+
+
+def _race(key: KernelKey, passed: list[support.Support], dtype: torch.dtype, device: torch.device) -> str:
+    """"<fastest op>: <op> <ms> ms, ..." for one forward + backward of each op on the same
+    random inputs shaped like the key (B 2, T 2048): median of 5 timed runs after 2 warm-ups."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    B, T, H = 2, 2048, key.heads
+    F_, V = key.feature_dim, key.value_cols
+    inputs = dict(q=rnd(B, T, H, F_) * key.scale, k=rnd(B, T, H, F_), v=rnd(B, T, H, V))
+    if key.decay_shape != "none":
+        inputs["log_decay"] = -torch.rand(B, T, H, generator=g).to(device) * 0.5
+    inputs = {name: t.requires_grad_() for name, t in inputs.items()}
+    times = {}
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        for verdict in passed:
+            times[verdict.op] = _median_ms(lambda: _RUNTIMES[verdict.backend].run(
+                key, verdict.op, RecurrentInputs(**inputs), None)[0].float().sum().backward(), device)
+    fastest = min(times, key=times.get)
+    return f"{fastest}: " + ", ".join(f"{op} {ms:.2f} ms" for op, ms in times.items())
+
+
+def _median_ms(step, device: torch.device) -> float:
+    """Median of 5 CUDA-event timings of step() after 2 warm-ups (compilation, autotuning)."""
+    runs = []
+    for _ in range(7):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        step()
+        end.record()
+        torch.cuda.synchronize(device)
+        runs.append(start.elapsed_time(end))
+    return sorted(runs[2:])[2]
+
 
 
 # --- softmax implementations -------------------------------------------------------------------------

@@ -1,0 +1,221 @@
+"""mamba-ssm's Mamba-2 SSD chunked kernels as the fast path for the scalar-decay recurrence (CUDA only).
+
+Shape legend
+    B batch   T tokens   H heads   G groups (mamba's ngroups)   K key width (mamba's dstate N)
+    V value width (mamba's headdim P)   c chunks of l = CHUNK steps
+    reference: q, k (B, T, H, K), v (B, T, H, V), log decay (B, T, H), state S (B, H, K, V)
+    mamba:     x (B, T, H, V), B and C (B, T, G, K), dA_cumsum and dt (B, H, c, l), state (B, H, V, K)
+
+The mapping, exact (docs/mamba.md). Rule (1) of seqdsl/reference/recurrent.py with one decay per
+head and step is S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t. Mamba-2's SSD is
+h_t = exp(dt_t A) h_(t-1) + dt_t x_t B_t^T, y_t = h_t C_t. So h = S^T, x = v, B = k, C = q,
+exp(dt_t A) = a_t, and the write must be v_t itself, not dt_t v_t: the lowering does not scale the
+write by the step size (docs/lowering.md). The public `mamba_chunk_scan_combined` uses one dt for
+both the decay and the write, and undoing the write's scale (x = v / dt) is unsafe: dt -> 0 as the
+decay -> 1, and the two halves of dt's gradient then cancel catastrophically. Inside mamba-ssm,
+dt and A meet in one place only (`_chunk_cumsum_fwd`: dA_cumsum = the within-chunk cumulative
+sum of dt A); every later kernel takes the write scale dt and dA_cumsum as separate tensors. This
+module runs those same kernels, in the order `_mamba_chunk_scan_combined_fwd` / `_bwd` run them,
+with dA_cumsum = the within-chunk cumulative sum of the log decay and the write scale dt = 1:
+the discrete SSD of mamba's `ssd_minimal_discrete` (X = v, A = log decay, B = k, C = q). In the
+backward pass mamba's per-step gradient of dA (`ddA`, which mamba's `_chunk_cumsum_bwd` turns into
+dt's and A's) is the gradient of the log decay, and the write scale's gradient is dropped (dt = 1
+is a constant).
+
+q and k are per-group projections repeated over the H / G heads of each group (MixerModule._heads),
+identical within a group, so B and C are taken from one head per group (mamba's ngroups); keys
+that are not projections (random or constant keys) are distinct per head: then G = H.
+
+The kernels are mamba-ssm 2.3's private functions (`mamba_ssm.ops.triton.ssd_combined`), so the
+path is self-checked against the reference (outputs, final state, every input gradient) once per
+machine and versions before it is used, like fla's (seqdsl/lower/fla_paths.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey
+from seqdsl.reference import recurrent as rec_ref
+
+CHUNK = 256  # Mamba-2's chunk size
+_KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
+            "_state_passing_fwd", "_state_passing_bwd", "_chunk_scan_fwd", "_chunk_scan_bwd_dstates",
+            "_chunk_scan_bwd_dC", "_chunk_scan_bwd_dcb", "_chunk_scan_bwd_ddAcs_stable",
+            "_chunk_scan_chunk_state_bwd_dx")
+
+
+def _ssd():
+    from mamba_ssm.ops.triton import ssd_combined
+
+    return ssd_combined
+
+
+@functools.lru_cache(maxsize=None)
+def importable() -> str:
+    """"" when mamba-ssm's SSD kernels import here, else why not."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ssd = _ssd()
+    except Exception as err:  # ImportError, or its CUDA extension failing to load
+        return f"mamba-ssm is not importable here ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})"
+    missing = [name for name in _KERNELS if not hasattr(ssd, name)]
+    if missing:
+        return f"this mamba-ssm lacks the SSD kernels seqdsl calls ({', '.join(missing)}); 2.3.x has them"
+    return ""
+
+
+def known_refusal(op: str) -> str:
+    """Nothing is known to refuse on any machine yet; the self-check decides."""
+    return ""
+
+
+def groups(key: KernelKey) -> int:
+    """mamba's ngroups: the key's query/key groups when keys are projections, else one per head."""
+    return key.qk_groups if key.relation == "dot" else key.heads
+
+
+# --- the mapping -------------------------------------------------------------------------------------
+
+
+def chunk_decays(log_decay: Tensor | None, B: int, T: int, H: int, device) -> tuple[Tensor, Tensor]:
+    """(dA_cumsum, dt), both (B, H, c, l) float32: the within-chunk cumulative log decay (zeros
+    for no decay) and the write scale, 1 on real steps and 0 on the padding after T (as mamba's
+    `_chunk_cumsum_fwd` leaves the padding: no decay, no write)."""
+    c = math.ceil(T / CHUNK)
+    g = torch.zeros(B, T, H, device=device) if log_decay is None else log_decay.float()
+    g = F.pad(g, (0, 0, 0, c * CHUNK - T)).view(B, c, CHUNK, H).permute(0, 3, 1, 2)
+    dt = F.pad(torch.ones(B, T, H, device=device), (0, 0, 0, c * CHUNK - T)).view(B, c, CHUNK, H)
+    return g.cumsum(-1).contiguous(), dt.permute(0, 3, 1, 2).contiguous()
+
+
+def unchunk(ddA: Tensor, T: int) -> Tensor:
+    """(B, H, c, l) per-step values back to (B, T, H)."""
+    B, H, c, l = ddA.shape
+    return ddA.permute(0, 2, 3, 1).reshape(B, c * l, H)[:, :T]
+
+
+def arguments(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, ...]:
+    """mamba's (x, log decay, B, C, initial state) for the reference-style inputs `m` (a
+    seqdsl.lower.paths.RecurrentInputs): x = v, B = k and C = q from one head per group, the state
+    transposed to (B, H, V, K). One dtype for x, B and C (the values'), the decay and state float32."""
+    dtype = m.v.dtype
+    step = key.heads // groups(key)
+    pick = lambda t: t[:, :, ::step].to(dtype).contiguous()
+    init = None if S is None else S.float().transpose(-1, -2).contiguous()
+    decay = None if m.log_decay is None else m.log_decay.float()
+    return m.v.contiguous(), decay, pick(m.k), pick(m.q), init
+
+
+class _SSD(torch.autograd.Function):
+    """o, final state of the discrete SSD with write scale 1 (see the module docstring)."""
+
+    @staticmethod
+    def forward(ctx, x, log_decay, Bm, Cm, init):
+        ssd = _ssd()
+        batch, T, H, V = x.shape
+        K = Bm.shape[-1]
+        dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
+        states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
+        states, final = ssd._state_passing_fwd(
+            states.flatten(-2), dA_cumsum[:, :, :, -1],
+            initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK, out_dtype=Cm.dtype)
+        states = states.unflatten(-1, (V, K))
+        CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+        out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states)
+        ctx.save_for_backward(x, log_decay, Bm, Cm, init)
+        ctx.has_decay = log_decay is not None
+        return out, final.unflatten(-1, (V, K))
+
+    @staticmethod
+    def backward(ctx, dout, dfinal):
+        ssd = _ssd()
+        x, log_decay, Bm, Cm, init = ctx.saved_tensors
+        batch, T, H, V = x.shape
+        G, K = Bm.shape[-2:]
+        dout = dout.contiguous()
+        dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
+        # as mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx
+        CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+        states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
+        states, _ = ssd._state_passing_fwd(
+            states.flatten(-2), dA_cumsum[:, :, :, -1],
+            initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK)
+        dstates = ssd._chunk_scan_bwd_dstates(Cm, dA_cumsum, dout, dtype=states.dtype)
+        dstates, ddA_chunk_cumsum, dinit, states = ssd._state_passing_bwd(
+            states, dA_cumsum[:, :, :, -1], dstates.flatten(-2),
+            dfinal_states=None if dfinal is None else dfinal.float().flatten(-2).contiguous(),
+            has_initial_states=init is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
+            chunk_size=CHUNK)
+        states, dstates = states.unflatten(-1, (V, K)), dstates.unflatten(-1, (V, K))
+        dx, _ddt_write, _ = ssd._chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, Bm, CB, dout, dstates)
+        dB, ddA_next = ssd._chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=Bm, ngroups=G)
+        dC, ddA_cumsum_prev = ssd._chunk_scan_bwd_dC(states.to(x.dtype), dA_cumsum, dout, C=Cm, ngroups=G)
+        dCB = ssd._chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=G).to(CB.dtype)
+        dB_all, dC_all = torch.empty_like(Bm), torch.empty_like(Cm)
+        ssd._bmm_chunk_bwd(Cm, dCB, residual=dB, out=dB_all)
+        ssd._bmm_chunk_bwd(Bm, dCB.transpose(-1, -2), residual=dC, out=dC_all)
+        d_log_decay = None
+        if ctx.has_decay:
+            ddA_cumsum_prev[..., -1] += ddA_chunk_cumsum
+            ddA = ssd._chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, CB)
+            ddA += ddA_next + ddA_cumsum_prev.flip([-1]).cumsum(dim=-1).flip([-1])
+            d_log_decay = unchunk(ddA, T)  # per-step gradient of dA = of the log decay
+        dinit = None if init is None else dinit.unflatten(-1, (V, K))
+        return dx, d_log_decay, dB_all, dC_all, dinit
+
+
+def ssd(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None) -> tuple[Tensor, Tensor]:
+    """mamba's layout in and out: o (B, T, H, V), final state (B, H, V, K) float32."""
+    return _SSD.apply(x, log_decay, Bm, Cm, init)
+
+
+def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The reference's (o, final state (B, H, K, V)) for RecurrentInputs `m`, through mamba-ssm."""
+    o, final = ssd(*arguments(key, m, S))
+    return o, final.transpose(-1, -2)
+
+
+# --- the self-check ----------------------------------------------------------------------------------
+
+
+def _inputs(K: int, V: int, G: int, H: int, decay: bool, dtype: torch.dtype, device: torch.device,
+            T: int = 300):
+    """Random inputs in mamba's layout, shaped like a real call: T over one chunk and not a
+    multiple of it, G groups shared by H heads, an initial state."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
+    B = 1
+    x, Bm, Cm = rnd(B, T, H, V), rnd(B, T, G, K), rnd(B, T, G, K) * K ** -0.5
+    log_decay = -torch.rand(B, T, H, generator=g).to(device) * 0.5 if decay else None
+    init = rnd(B, H, V, K) * 0.1
+    return [x.to(dtype), log_decay, Bm.to(dtype), Cm.to(dtype), init]
+
+
+def reference(x, log_decay, Bm, Cm, init) -> tuple[Tensor, Tensor]:
+    """The same call on the reference (chunked_ref), in mamba's layout."""
+    H, G = x.shape[2], Bm.shape[2]
+    heads = lambda t: t.repeat_interleave(H // G, dim=2)
+    o, S = rec_ref.chunked_ref(heads(Cm), heads(Bm), x, log_decay=log_decay,
+                               initial_state=None if init is None else init.transpose(-1, -2))
+    return o, S.transpose(-1, -2)
+
+
+@functools.lru_cache(maxsize=None)
+def self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int,
+               decay: bool) -> tuple[bool, str]:
+    """(True, "") when the SSD path matches the reference (output, final state, every input
+    gradient) on this machine for calls of these widths and grouping; else (False, what went
+    wrong). The first call compiles and autotunes mamba's kernels."""
+    from seqdsl.lower.selfcheck import compare
+
+    names = ("x (v)", "log_decay", "B (k)", "C (q)", "initial_state")
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        return compare(ssd, reference, _inputs(K, V, G, min(H, 4 * G), decay, dtype, device), names, dtype)

@@ -1,0 +1,80 @@
+"""The mamba-ssm path's mapping (seqdsl/lower/mamba_paths.py), on CPU: the arguments it gives
+mamba-ssm's SSD kernels, run through Mamba-2's published discrete SSD (tests/oracles/ssd_loops.py,
+step by step and in the chunked form on the very tensors the kernels take), reproduce the
+reference recurrence (seqdsl/reference/recurrent.py) in float64. The kernels themselves run on
+a GPU only: tests/lower/test_gpu_mamba.py compares them, outputs and gradients, with the reference."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqdsl.ir import nodes
+from seqdsl.ir.key import kernel_key
+from seqdsl.lower import mamba_paths
+from seqdsl.lower.paths import RecurrentInputs
+from seqdsl.reference.recurrent import recurrent_ref
+from tests.oracles.ssd_loops import ssd_chunked, ssd_loop
+
+SCALAR = nodes.DataDependentDecay(granularity="scalar")
+
+
+def _key(decay, relation=nodes.Dot(), heads=4, groups=2):
+    mixer = nodes.Mixer(name="m", weights=nodes.Linear(), decay=decay, relation=relation,
+                        heads=heads, head_dim=6, key_dim=5, qk_groups=groups)
+    return kernel_key(mixer, 24)
+
+
+def _inputs(key, T, decay: bool, per_head_keys: bool):
+    """Reference-style inputs as MixerModule builds them: q and k repeated over each group's heads.
+    The log decay and the state are float32 values (held in float64), since the mapping hands
+    them to mamba-ssm in float32 whatever the inputs' dtype."""
+    g = torch.Generator().manual_seed(1)
+    rnd = lambda *s: torch.randn(*s, generator=g, dtype=torch.float64)
+    B, H, G, K, V = 2, key.heads, key.qk_groups, key.feature_dim, key.value_cols
+    grouped = lambda: rnd(B, T, G, K).repeat_interleave(H // G, dim=2)
+    k = rnd(B, T, H, K) if per_head_keys else grouped()
+    log_decay = -torch.rand(B, T, H, generator=g).double() if decay else None
+    return RecurrentInputs(q=grouped() * 0.5, k=k, v=rnd(B, T, H, V), log_decay=log_decay), rnd(B, H, K, V).float().double()
+
+
+@pytest.mark.parametrize("decay", [SCALAR, nodes.NoDecay(), nodes.ConstantDecay()], ids=["scalar", "none", "constant"])
+@pytest.mark.parametrize("T", [7, mamba_paths.CHUNK + 37])
+def test_mamba_arguments_through_the_published_ssd_equal_the_reference(decay, T):
+    key = _key(decay)
+    m, S = _inputs(key, T, decay=not isinstance(decay, nodes.NoDecay), per_head_keys=False)
+    want_o, want_S = recurrent_ref(m.q, m.k, m.v, log_decay=m.log_decay, initial_state=S)
+    x, log_decay, Bm, Cm, init = mamba_paths.arguments(key, m, S.clone())
+    assert Bm.shape[2] == key.qk_groups  # one B and C per group, as mamba's ngroups
+    steps = torch.zeros(x.shape[:3], dtype=x.dtype) if log_decay is None else log_decay.double()
+    dA_cumsum, dt = mamba_paths.chunk_decays(log_decay, *x.shape[:3], x.device)
+    # the step-by-step SSD is exact; the chunked form reads the decay as the kernels get it, a
+    # float32 cumulative sum (its rounding grows with the sum: ~1e-6 relative after 256 steps)
+    for (o, state), tol in ((ssd_loop(x, steps, Bm, Cm, init.double()), 1e-12),
+                            (ssd_chunked(x, dA_cumsum.double(), dt.double(), Bm, Cm, init.double()), 1e-5)):
+        assert _rel(o, want_o) < tol
+        assert _rel(state.transpose(-1, -2), want_S) < tol  # mamba's (p, n) state is S^T
+
+
+def _rel(x, y) -> float:
+    return ((x - y).norm() / y.norm()).item()
+
+
+def test_keys_that_differ_per_head_get_one_group_per_head():
+    key = _key(SCALAR, relation=nodes.RandomKeys(seed=0))
+    assert mamba_paths.groups(key) == key.heads
+    m, S = _inputs(key, 9, decay=True, per_head_keys=True)
+    x, log_decay, Bm, Cm, init = mamba_paths.arguments(key, m, S)
+    o, state = ssd_loop(x, log_decay.double(), Bm, Cm, init.double())
+    want_o, want_S = recurrent_ref(m.q, m.k, m.v, log_decay=m.log_decay, initial_state=S)
+    assert _rel(o, want_o) < 1e-12 and _rel(state.transpose(-1, -2), want_S) < 1e-12
+
+
+def test_chunk_decays_pad_with_no_decay_and_no_write():
+    log_decay = -torch.rand(1, 5, 2)
+    dA_cumsum, dt = mamba_paths.chunk_decays(log_decay, 1, 5, 2, "cpu")
+    assert dA_cumsum.shape == dt.shape == (1, 2, 1, mamba_paths.CHUNK)
+    assert torch.equal(dt[0, :, 0, :5], torch.ones(2, 5)) and not dt[..., 5:].any()
+    assert torch.allclose(dA_cumsum[0, :, 0, :5], log_decay[0].cumsum(0).T)
+    assert torch.equal(dA_cumsum[..., 5:], dA_cumsum[..., 4:5].expand(1, 2, 1, mamba_paths.CHUNK - 5))
+    assert torch.equal(mamba_paths.unchunk(dA_cumsum, 5), log_decay.cumsum(1))

@@ -1,0 +1,92 @@
+"""How the planner (seqdsl/lower/paths.py) chooses between mamba-ssm and fla for a key both
+accept: each one's self-check decides what is correct, a timing measured once (and kept on disk
+with the self-check verdicts) decides what is faster, and every refusal is reported. The
+runtimes are replaced by stand-ins here, so this runs on CPU; the real kernels are compared with
+the reference on a GPU in tests/lower/test_gpu_mamba.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import warnings
+
+import pytest
+import torch
+
+from seqdsl.lower import paths, verdicts
+from seqdsl.lower.paths import PathChooser
+from tests.ir.test_support import _library_key
+
+
+class _StandIn:
+    def __init__(self, name: str, passes: bool):
+        self.what, self.passes, self.checks = f"{name} stand-in", passes, 0
+
+    def facts(self, key):
+        return self.what
+
+    def known_refusal(self, key, op):
+        return ""
+
+    def self_check(self, key, op, dtype, device):
+        self.checks += 1
+        return (True, "") if self.passes else (False, "output differs")
+
+
+@pytest.fixture
+def stand_ins(monkeypatch, tmp_path):
+    """Both recurrent runtimes replaced, the verdict store in a fresh folder, a fake GPU's facts,
+    and a race whose result is set by the test."""
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(verdicts, "machine_facts", lambda device: {"device_name": "stand-in GPU"})
+    runtimes = {"mamba": _StandIn("mamba", True), "fla": _StandIn("fla", True)}
+    monkeypatch.setattr(paths, "_RUNTIMES", runtimes)
+    races = []
+
+    def race(key, passed, dtype, device):
+        races.append([v.op for v in passed])
+        return "fla.chunk_simple_gla: mamba.ssd 2.00 ms, fla.chunk_simple_gla 1.00 ms"
+
+    monkeypatch.setattr(paths, "_race", race)
+    return runtimes, races
+
+
+def test_the_faster_of_two_correct_kernels_runs_and_the_timing_is_kept(stand_ins):
+    runtimes, races = stand_ins
+    key = _library_key("mamba2")
+    plan = PathChooser(key, "mamba2").plan("cuda", torch.float32)
+    assert plan.path == "fla.chunk_simple_gla" and "faster here" in plan.reason
+    assert races == [["mamba.ssd", "fla.chunk_simple_gla"]]
+    again = PathChooser(key, "mamba2").plan("cuda", torch.float32)  # a new process, say
+    assert again == plan and len(races) == 1 and runtimes["mamba"].checks == 1
+
+
+def test_a_kernel_that_fails_its_self_check_is_reported_and_the_other_runs(stand_ins):
+    runtimes, races = stand_ins
+    runtimes["mamba"].passes = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = PathChooser(_library_key("mamba2"), "mamba2").plan("cuda", torch.float32)
+    assert plan.path == "fla.chunk_simple_gla" and not races
+    assert any("mamba.ssd failed its self-check" in str(w.message) and "running fla.chunk_simple_gla"
+               in str(w.message) for w in caught)
+
+
+def test_when_every_kernel_fails_the_reference_runs_with_both_reasons(stand_ins):
+    runtimes, _ = stand_ins
+    runtimes["mamba"].passes = runtimes["fla"].passes = False
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        plan = PathChooser(_library_key("retnet"), "retnet").plan("cuda", torch.float32)
+    assert plan.path == "reference.chunked"
+    assert "mamba.ssd failed" in plan.reason and "fla.chunk_simple_gla failed" in plan.reason
+
+
+def test_on_cpu_the_reference_runs_and_the_plan_names_the_gpu_kernels():
+    plan = PathChooser(_library_key("mamba2"), "mamba2").plan("cpu", torch.float32)
+    assert plan.path == "reference.chunked" and "mamba.ssd" in plan.reason and "CUDA only" in plan.reason
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mamba_ssm") is not None, reason="mamba-ssm is installed here")
+def test_without_mamba_ssm_the_gpu_plan_says_so():
+    plan = PathChooser(_library_key("mamba2"), "mamba2").plan("cuda")
+    assert plan.path != "mamba.ssd" and "not mamba.ssd: mamba-ssm is not importable here" in plan.reason
