@@ -88,6 +88,15 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
             "flops_per_token": training_flops_per_token(program, spec, seq)}
 
 
+def _print_row(r: dict) -> None:
+    if "error" in r:
+        print(f"{r['spec']:<20} {'failed: ' + r['error']}", flush=True)
+        return
+    mfu = [f"{100 * r[k]:.1f}%" if r[k] is not None else "n/a" for k in ("mfu_vs_gemm", "mfu_vs_datasheet")]
+    print(f"{r['spec']:<20} {r['tokens_per_s']:>12,.0f} {mfu[0]:>12} {mfu[1]:>13} {r['first_step_s']:>13.1f}  "
+          f"{', '.join(r['paths'])}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--specs", default=FAMILIES)
@@ -108,6 +117,15 @@ def main(argv: list[str] | None = None) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)
+    date = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
+          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
+          f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
+    print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
+          flush=True)
     rows = []
     for name in args.specs.split(","):
         try:
@@ -119,27 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         row["mfu_vs_gemm"] = fpt * row["tokens_per_s"] / (gemm * 1e12) if fpt and gemm else None
         row["mfu_vs_datasheet"] = fpt * row["tokens_per_s"] / peak if fpt and peak else None
         rows.append(row)
+        _print_row(row)
+        # written after every row: a run stopped at a time limit keeps what it measured
+        out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
+                                   "preset": args.preset, "seq": args.seq, "batch": args.batch,
+                                   "steps": args.steps, "compile": args.compile, "gemm_bf16_tflops": gemm,
+                                   "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
-          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
-          f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}")
-    print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths")
-    for r in rows:
-        if "error" in r:
-            print(f"{r['spec']:<20} {'failed: ' + r['error']}")
-            continue
-        mfu = [f"{100 * r[k]:.1f}%" if r[k] is not None else "n/a" for k in ("mfu_vs_gemm", "mfu_vs_datasheet")]
-        print(f"{r['spec']:<20} {r['tokens_per_s']:>12,.0f} {mfu[0]:>12} {mfu[1]:>13} {r['first_step_s']:>13.1f}  "
-              f"{', '.join(r['paths'])}")
-    date = datetime.date.today().isoformat()
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
-        f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
-                               "preset": args.preset, "seq": args.seq, "batch": args.batch, "steps": args.steps,
-                               "compile": args.compile, "gemm_bf16_tflops": gemm, "datasheet_bf16_flops": peak,
-                               "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
     return 0 if all("error" not in r for r in rows) else 1
 
