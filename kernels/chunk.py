@@ -45,7 +45,8 @@ def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
     return k[:, : full * C].float().view(B, full, C, H, Dk).mean(2).contiguous()
 
 
-def _kbar(key: KernelKey, k: Tensor) -> Tensor:
+def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
+    """The mean keys Approx scores with (a placeholder for Exact, which reads the keys)."""
     if key.select.score == "mean":
         return mean_keys(key, k)
     return torch.zeros(1, 1, 1, 1, dtype=torch.float32, device=k.device)  # Exact reads keys
@@ -84,7 +85,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     Dv = v.shape[-1]
     C = key.select.chunk
     n_chunks = triton_cdiv(T, C)
-    kbar = _kbar(key, k)
+    kbar = kbar_for(key, k)
     sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = bucket(sel, n_chunks)
     cfg = launch.tiles(q.shape[-1], train=with_stats)
@@ -165,7 +166,7 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     B, _, H, Dk = q.shape
     L = k.shape[1]
     o = torch.empty(B, 1, H, v.shape[-1], dtype=v.dtype, device=v.device)
-    kbar = _kbar(key, k)
+    kbar = kbar_for(key, k)
     getattr(mod, f"{key.slug()}_decode")[(B * H,)](
         q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_BLOCK_C,
         PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, train=False)))
