@@ -192,12 +192,14 @@ def run_check(dims, device, chunk: int) -> list[dict]:
                 gen = torch.Generator().manual_seed(0)
                 q, k, v, do = (torch.randn(2, T, 4, dim, generator=gen).to(device=device, dtype=dtype)
                                for _ in range(4))
+                t0 = time.perf_counter()
                 errors = top1.compare(key, q, k, v, do)
                 tol = top1.TOLERANCE[dtype]
                 rows.append(dict(kernel=name, dim=dim, dtype=str(dtype).replace("torch.", ""), T=T,
                                  ok=all(e <= tol for e in errors.values()), tol=tol,
                                  **{f"err_{k_}": e for k_, e in errors.items()}))
                 print(f"check {name:18s} D={dim:3d} {rows[-1]['dtype']:8s} ok={rows[-1]['ok']} "
+                      f"({time.perf_counter() - t0:.1f} s) "
                       + " ".join(f"{k_}={e:.1e}" for k_, e in errors.items()), flush=True)
     return rows
 
@@ -365,9 +367,9 @@ def main(argv=None) -> int:
     if device.type == "cuda":
         os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton_"))  # first-call times
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)"
-    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk) if args.check else []
     gemm = gemm_tflops(device)
     rows, compile_s = measure(args, device)
+    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk) if args.check else []
     speedups(rows)
     import triton
 

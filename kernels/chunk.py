@@ -56,7 +56,7 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     """(sel, lsec, gate), each (B*H, T); lsec and gate are empty unless with_stats."""
     mod = load(key)
     B, T, H, _ = q.shape
-    cfg = launch.tiles(q.shape[-1], train=with_stats)
+    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
     bm = _block_m(key, cfg)
     sel = torch.empty(B * H, T, dtype=torch.int32, device=q.device)
     n = T if with_stats else 0
@@ -88,7 +88,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     kbar = kbar_for(key, k)
     sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = bucket(sel, n_chunks)
-    cfg = launch.tiles(q.shape[-1], train=with_stats)
+    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
     f32 = dict(dtype=torch.float32, device=q.device)
     local = key.select.local
     o_loc = torch.empty(B * H, T if local else 0, Dv, **f32)
@@ -131,7 +131,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     do = do.contiguous()
     delta = (_rows(do) * _rows(o)).sum(-1).contiguous()  # D_i = dO_i . o_i = dL/dG_i
     gg = (delta * saved["gate"]).contiguous() if ste else delta  # dL/dG_i * G_i
-    cfg = launch.tiles(Dk, train=True)
+    cfg = launch.tiles(Dk, q.dtype, train=True)
     bm = _block_m(key, cfg)
     f32 = dict(dtype=torch.float32, device=q.device)
     dq_loc = torch.zeros(B * H, T, Dk, **f32)
@@ -169,5 +169,5 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     kbar = kbar_for(key, k)
     getattr(mod, f"{key.slug()}_decode")[(B * H,)](
         q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_BLOCK_C,
-        PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, train=False)))
+        PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, q.dtype, train=False)))
     return o

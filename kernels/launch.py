@@ -50,13 +50,18 @@ def precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype == torch.float32 else "tf32"
 
 
-def tiles(dim: int, *, train: bool) -> dict:
-    """Tile sizes and launch options for head dim `dim` (a whole tile: 16..128)."""
+def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
+    """Tile sizes and launch options for head dim `dim` (a whole tile: 16..128). float32 tiles
+    are twice as large in shared memory: one pipeline stage (a 128-wide float32 chunk tile with
+    two stages overflows the H100's 227 KiB)."""
     if interpreted():
         return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    wide = dtype == torch.float32
     if train:
-        return dict(BLOCK_M=64, BLOCK_N=64, num_warps=4 if dim <= 64 else 8, num_stages=2)
-    return dict(BLOCK_M=128, BLOCK_N=64 if dim > 64 else 128, num_warps=8, num_stages=3)
+        return dict(BLOCK_M=32 if wide else 64, BLOCK_N=64, num_warps=4 if dim <= 64 else 8,
+                    num_stages=1 if wide or dim > 64 else 2)
+    return dict(BLOCK_M=64 if wide else 128, BLOCK_N=64 if dim > 64 or wide else 128, num_warps=8,
+                num_stages=1 if wide else 3)
 
 
 def strides(*ts: Tensor) -> list[int]:
