@@ -46,6 +46,7 @@ def parse_args(argv=None):
     p.add_argument("--dims", default="64,128")
     p.add_argument("--tokens", type=int, default=131072)
     p.add_argument("--chunk", type=int, default=128)
+    p.add_argument("--flex-max-t", type=int, default=32768, help="longest T FlexAttention runs at")
     p.add_argument("--check", action="store_true", help="correctness against float64 first")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU under the interpreter")
     p.add_argument("--budget-s", type=float, default=480.0, help="skip what starts after this many seconds")
@@ -151,16 +152,23 @@ def approx_selection_torch(q, k, C: int, scale: float):
 
 def flex_runners(q, k, v, C: int, scale: float):
     import torch
+    import torch._dynamo
+
+    # one compiled flex_attention serves every shape and grad mode: without room to recompile,
+    # dynamo falls back to the eager flex_attention, which materialises the T x T scores
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, name):
+            setattr(torch._dynamo.config, name, 256)
     from torch.nn.attention.flex_attention import create_block_mask, flex_attention
 
     B, T, H, D = q.shape
-    compiled = torch.compile(flex_attention)
+    compiled = _FLEX_COMPILED.setdefault("fn", torch.compile(flex_attention))
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
     def causal(b, h, qi, kv):
         return kv <= qi
 
-    dense_mask = create_block_mask(causal, None, None, T, T, device=q.device)
+    dense_mask = create_block_mask(causal, None, None, T, T, device=q.device, _compile=True)
 
     def dense():
         return compiled(qt, kt, vt, block_mask=dense_mask, scale=scale)
@@ -171,7 +179,7 @@ def flex_runners(q, k, v, C: int, scale: float):
         def mask(b, h, qi, kv):
             return (kv <= qi) & ((kv // C == sel[b, h, qi]) | (kv // C == qi // C))
 
-        block = create_block_mask(mask, B, H, T, T, device=q.device)
+        block = create_block_mask(mask, B, H, T, T, device=q.device, _compile=True)
         return compiled(qt, kt, vt, block_mask=block, scale=scale)
 
     return {"flex_dense": dense, "flex_top1_approx": selected}
@@ -190,7 +198,7 @@ def run_check(dims, device, chunk: int) -> list[dict]:
         for name, key in keys(dim, C).items():
             for dtype in dtypes:
                 gen = torch.Generator().manual_seed(0)
-                q, k, v, do = (torch.randn(2, T, 4, dim, generator=gen).to(device=device, dtype=dtype)
+                q, k, v, do = (torch.randn(1, T, 4, dim, generator=gen).to(device=device, dtype=dtype)
                                for _ in range(4))
                 t0 = time.perf_counter()
                 errors = top1.compare(key, q, k, v, do)
@@ -237,8 +245,9 @@ def measure(args, device) -> tuple[list[dict], dict]:
                         with sdpa_kernel(backend):
                             return F.scaled_dot_product_attention(qt, kt, vt, is_causal=True, scale=scale)
                     runners[name] = sdpa
-                try:
-                    runners.update(flex_runners(q, k, v, args.chunk, scale))
+                try:  # FlexAttention compiles per shape (tens of seconds): up to --flex-max-T
+                    if T <= args.flex_max_t:
+                        runners.update(flex_runners(q, k, v, args.chunk, scale))
                 except Exception as err:  # FlexAttention unavailable here: say so in the rows
                     rows.append(dict(kernel="flex", T=T, dim=dim, error=f"{type(err).__name__}: {err}"[:200]))
             for name, kern in kernels.items():
@@ -299,11 +308,11 @@ def _flex_train(name, leaves, C, scale):
     B, T, H, D = q.shape
     compiled = _FLEX_COMPILED.setdefault("fn", torch.compile(flex_attention))
     if name == "flex_dense":
-        block = create_block_mask(lambda b, h, qi, kv: kv <= qi, None, None, T, T, device=q.device)
+        block = create_block_mask(lambda b, h, qi, kv: kv <= qi, None, None, T, T, device=q.device, _compile=True)
     else:
         sel = approx_selection_torch(q.detach(), k.detach(), C, scale)
         block = create_block_mask(lambda b, h, qi, kv: (kv <= qi) & ((kv // C == sel[b, h, qi]) | (kv // C == qi // C)),
-                                  B, H, T, T, device=q.device)
+                                  B, H, T, T, device=q.device, _compile=True)
     return compiled(*(t.transpose(1, 2) for t in leaves), block_mask=block, scale=scale)
 
 

@@ -8,8 +8,8 @@ Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except
     forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
               select     -> sel (+ lsec, gate for the STE): scores of every candidate chunk, arg-max
               [bucket    -> perm, starts: queries sorted by selected chunk, torch.sort, O(T log T)]
-              attn_fwd   -> per key chunk: its own queries (local) and those that selected it
-              [merge     -> o, lse by log-sum-exp, O(T Dv)]
+              attn_fwd   -> per key chunk: the queries that selected it (partial o, lse)
+              attn_local -> (local chunk on) each query's own chunk, merged by log-sum-exp
     backward  attn_bwd   -> dq (two parts), dk, dv; + the gate's gradient into dk (Exact: each
                             candidate chunk's best key; Approx without local: own partial mean)
               gate_dq    -> the gate's gradient into dq (STE only)
@@ -89,22 +89,21 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = bucket(sel, n_chunks)
     cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
-    f32 = dict(dtype=torch.float32, device=q.device)
+    bm = _block_m(key, cfg)
+    o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
+    lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
     local = key.select.local
-    o_loc = torch.empty(B * H, T if local else 0, Dv, **f32)
-    lse_loc = torch.empty(B * H, T if local else 0, **f32)
-    o_sel = torch.zeros(B * H, T, Dv, **f32)  # rows with no selected chunk stay 0 / -inf
-    lse_sel = torch.full((B * H, T), float("-inf"), **f32)
+    # local: the selected part goes to (o_sel, lse_sel) and attn_local merges it into (o, lse);
+    # otherwise the selected chunk is all a query attends, written straight to (o, lse)
+    o_sel = torch.empty(B * H, T if local else 0, Dv, dtype=v.dtype, device=v.device)
+    lse_sel = torch.full((B * H, T if local else 0), float("-inf"), dtype=torch.float32, device=q.device)
+    common = dict(BLOCK_M=bm, PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     getattr(mod, f"{key.slug()}_attn_fwd")[(n_chunks, B * H)](
-        q, k, v, perm, starts, o_loc, lse_loc, o_sel, lse_sel, *launch.strides(q, k, v), T, H, n_chunks,
-        BLOCK_M=_block_m(key, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    if local:  # merge the two parts by log-sum-exp (every query attends its own position)
-        lse = torch.logaddexp2(lse_loc, lse_sel)
-        o = torch.exp2(lse_loc - lse)[..., None] * o_loc + torch.exp2(lse_sel - lse)[..., None] * o_sel
-    else:
-        lse, o = lse_sel, o_sel
-    o = o.view(B, H, T, Dv).permute(0, 2, 1, 3).to(v.dtype)
-    saved = dict(sel=sel, lsec=lsec, gate=gate, lse=lse.contiguous(), perm=perm, starts=starts, kbar=kbar)
+        q, k, v, perm, starts, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, n_chunks, **common)
+    if local:
+        getattr(mod, f"{key.slug()}_attn_local")[(triton_cdiv(T, bm), B * H)](
+            q, k, v, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, **common)
+    saved = dict(sel=sel, lsec=lsec, gate=gate, lse=lse, perm=perm, starts=starts, kbar=kbar)
     return o, saved
 
 
@@ -136,28 +135,28 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     f32 = dict(dtype=torch.float32, device=q.device)
     dq_loc = torch.zeros(B * H, T, Dk, **f32)
     dq_sel = torch.zeros(B * H, T, Dk, **f32)
-    dk = torch.zeros(B * H, T, Dk, **f32)
-    dv = torch.zeros(B * H, T, Dv, **f32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     getattr(mod, f"{name}_attn_bwd")[(n_chunks, B * H)](
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"], gg,
         dq_loc, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=bm, **common)
-    dq = dq_loc + dq_sel
-    if ste:
-        kbar = saved["kbar"]
-        dq_gate = torch.zeros(B * H, T, Dk, **f32)
-        getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
-            q, k, kbar, saved["sel"], saved["lsec"], gg, dq_gate, *launch.strides(q, k, kbar), T, H,
+    if not ste:
+        return _unrows(dq_loc + dq_sel, B, H, q), dk, dv
+    kbar = saved["kbar"]
+    dq = torch.empty_like(q)
+    getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
+        q, k, kbar, saved["sel"], saved["lsec"], gg, dq_loc, dq_sel, dq, *launch.strides(q, k, kbar), T, H,
+        BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
+    full = T // C
+    if key.select.score == "mean" and full > 1:  # queries of chunk >= 1 score complete chunks
+        dkbar = torch.zeros(B * H, full, Dk, **f32)
+        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _BLOCK_C), B * H)](
+            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full,
             BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
-        dq += dq_gate
-        full = T // C
-        if key.select.score == "mean" and full > 1:  # queries of chunk >= 1 score complete chunks
-            dkbar = torch.zeros(B * H, full, Dk, **f32)
-            getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _BLOCK_C), B * H)](
-                q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full,
-                BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
-            dk[:, : full * C] += (dkbar / C).repeat_interleave(C, dim=1)
-    return _unrows(dq, B, H, q), _unrows(dk, B, H, k), _unrows(dv, B, H, v)
+        # each key of a complete chunk gets 1/C of its mean key's gradient
+        spread = (dkbar / C).view(B, H, full, 1, Dk).permute(0, 2, 3, 1, 4)
+        dk[:, : full * C] = (dk[:, : full * C].float().view(B, full, C, H, Dk) + spread).view(B, full * C, H, Dk).to(dk.dtype)
+    return dq, dk, dv
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -34,7 +34,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
     idx = torch.empty(B * H, Tq, dtype=torch.int32, device=q.device)
     lse = torch.empty(B * H, Tq if with_soft else 0, dtype=torch.float32, device=q.device)
     o_soft = torch.empty(B, Tq if with_soft else 0, H, Dv, dtype=torch.float32, device=q.device)
-    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_soft)
+    cfg = launch.tiles(q.shape[-1], q.dtype, train=False)  # flash-forward shapes either way
     grid = (triton_cdiv(Tq, cfg["BLOCK_M"]), B * H)
     getattr(mod, f"{name}_fwd")[grid](
         q, k, v, o, idx, lse, o_soft, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H,
@@ -70,13 +70,14 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     soft = sel.value_grad == "soft"
     dv = torch.empty_like(v) if soft else hard_value_grad(do, idx).to(v.dtype)
-    cfg = launch.tiles(q.shape[-1], q.dtype, train=True)
-    common = dict(PREC=launch.precision(q.dtype), **launch.blocks(cfg, "BLOCK_M", "BLOCK_N"),
-                  **launch.launch_opts(cfg))
-    getattr(mod, f"{name}_bwd_dkdv")[(triton_cdiv(T, cfg["BLOCK_N"]), B * H)](
-        q, k, v, do, lse, delta, dk, dv, *launch.strides(q, k, v, do), T, H, **common)
-    getattr(mod, f"{name}_bwd_dq")[(triton_cdiv(T, cfg["BLOCK_M"]), B * H)](
-        q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, **common)
+    kv_cfg, q_cfg = launch.backward_tiles(q.shape[-1], q.dtype)
+    prec = launch.precision(q.dtype)
+    getattr(mod, f"{name}_bwd_dkdv")[(triton_cdiv(T, kv_cfg["BLOCK_N"]), B * H)](
+        q, k, v, do, lse, delta, dk, dv, *launch.strides(q, k, v, do), T, H, PREC=prec,
+        **launch.blocks(kv_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(kv_cfg))
+    getattr(mod, f"{name}_bwd_dq")[(triton_cdiv(T, q_cfg["BLOCK_M"]), B * H)](
+        q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, PREC=prec,
+        **launch.blocks(q_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(q_cfg))
     return dq, dk, dv
 
 

@@ -64,6 +64,17 @@ def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
                 num_stages=1 if wide else 3)
 
 
+def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
+    """(dk/dv kernel, dq kernel) tiles for the element backward: the kernel that holds keys takes
+    many keys and few queries per step, the one that holds queries the reverse (the shapes of
+    Triton's fused-attention tutorial for Hopper)."""
+    if interpreted() or dtype == torch.float32:
+        cfg = tiles(dim, dtype, train=True)
+        return cfg, cfg
+    return (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
+            dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
+
+
 def strides(*ts: Tensor) -> list[int]:
     """(batch, time, head) strides of each (B, T, H, D) tensor, flattened."""
     out: list[int] = []
