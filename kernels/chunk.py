@@ -10,7 +10,7 @@ Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except
               [bucket    -> perm, starts: queries sorted by selected chunk, torch.sort, O(T log T)]
               attn_fwd   -> per key chunk: the queries that selected it (partial o, lse)
               attn_local -> (local chunk on) each query's own chunk, merged by log-sum-exp
-    backward  attn_bwd   -> dq (two parts), dk, dv; + the gate's gradient into dk (Exact: each
+    backward  attn_bwd   -> dq (two parts, atomically added), dk, dv; + the gate's gradient into dk (Exact: each
                             candidate chunk's best key; Approx without local: own partial mean)
               gate_dq    -> the gate's gradient into dq (STE only)
               gate_dkbar -> the gate's gradient into the mean keys (Approx, STE), / C onto keys
@@ -42,7 +42,7 @@ def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
     full = T // C
     if full == 0:
         return torch.zeros(B, 1, H, Dk, dtype=torch.float32, device=k.device)  # never read
-    return k[:, : full * C].float().view(B, full, C, H, Dk).mean(2).contiguous()
+    return k[:, : full * C].view(B, full, C, H, Dk).mean(2, dtype=torch.float32).contiguous()
 
 
 def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
@@ -133,19 +133,18 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     cfg = launch.tiles(Dk, q.dtype, train=True)
     bm = _block_m(key, cfg)
     f32 = dict(dtype=torch.float32, device=q.device)
-    dq_loc = torch.zeros(B * H, T, Dk, **f32)
-    dq_sel = torch.zeros(B * H, T, Dk, **f32)
+    dq_acc = torch.zeros(B * H, T, Dk, **f32)
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     getattr(mod, f"{name}_attn_bwd")[(n_chunks, B * H)](
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"], gg,
-        dq_loc, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=bm, **common)
+        dq_acc, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=bm, **common)
     if not ste:
-        return _unrows(dq_loc + dq_sel, B, H, q), dk, dv
+        return _unrows(dq_acc, B, H, q), dk, dv
     kbar = saved["kbar"]
     dq = torch.empty_like(q)
     getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
-        q, k, kbar, saved["sel"], saved["lsec"], gg, dq_loc, dq_sel, dq, *launch.strides(q, k, kbar), T, H,
+        q, k, kbar, saved["sel"], saved["lsec"], gg, dq_acc, dq, *launch.strides(q, k, kbar), T, H,
         BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
     full = T // C
     if key.select.score == "mean" and full > 1:  # queries of chunk >= 1 score complete chunks

@@ -139,11 +139,11 @@ def top1_chunk_7efbd9bd08b0_attn_local(Q, K, V, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQL, DQS, DK_OUT, DV_OUT,
+def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (local
-    part -> DQL, selected part -> DQS), and dk, dv of its keys.
+    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
+    DQ_ACC, float32), and dk, dv of its keys.
     ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -170,7 +170,8 @@ def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        tl.store(DQL + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
+        tl.atomic_add(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -191,7 +192,8 @@ def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        tl.store(DQS + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
+        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 

@@ -114,11 +114,11 @@ def top1_chunk_dd9beb81733e_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_dd9beb81733e_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQL, DQS, DK_OUT, DV_OUT,
+def top1_chunk_dd9beb81733e_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (local
-    part -> DQL, selected part -> DQS), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
+    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
+    DQ_ACC, float32), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
     ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -148,7 +148,8 @@ def top1_chunk_dd9beb81733e_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        tl.store(DQS + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
+        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -179,12 +180,12 @@ def top1_chunk_dd9beb81733e_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
 
 
 @triton.jit
-def top1_chunk_dd9beb81733e_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQL, DQS, DQ,
+def top1_chunk_dd9beb81733e_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
     candidate's score: GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
-    added to attn_bwd's two parts (DQL, DQS) and written to dq (B, T, H, DK)."""
+    added to attn_bwd's part (DQ_ACC) and written to dq (B, T, H, DK)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -212,8 +213,7 @@ def top1_chunk_dd9beb81733e_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQL, DQS, DQ,
         count = tl.sum(tie.to(tl.float32), 1)
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dq_acc += tl.dot(ds.to(kc.dtype), kc, input_precision=PREC)
-    parts = (tl.load(DQL + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0)
-             + tl.load(DQS + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0))
+    parts = tl.load(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0)
     tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq_acc * GRAD_SCALE + parts, mask=live[:, None])
 
 
