@@ -43,14 +43,19 @@ def _element_ops(key: KernelKey) -> Ops:
     def _(q, k, v):
         return v.new_empty(*q.shape[:3], v.shape[-1])
 
+    ste = key.select.grad == "ste"  # grad = none: the backward needs the arg-max alone
+
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return element.forward(key, q, k, v, with_soft=True)
+        return element.forward(key, q, k, v, with_soft=ste)
 
     @train.register_fake
     def _(q, k, v):
-        o = v.new_empty(*q.shape[:3], v.shape[-1])
-        return o, _rows(q, torch.int32), _rows(q, torch.float32), o.new_empty(o.shape, dtype=torch.float32)
+        B, T, H, _ = q.shape
+        o = v.new_empty(B, T, H, v.shape[-1])
+        n = T if ste else 0
+        return (o, _rows(q, torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
+                o.new_empty(B, n, H, v.shape[-1], dtype=torch.float32))
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
