@@ -58,13 +58,20 @@ class Top1Kernel:
         return decode(self.key, q, k, v)
 
 
-@functools.lru_cache(maxsize=None)
+_BOUND: dict[KernelKey, Top1Kernel] = {}
+
+
 def bind(key: KernelKey) -> Top1Kernel:
-    return Top1Kernel(key)
+    """The kernels of `key`, checked and registered once per process."""
+    kernel = _BOUND.get(key)
+    if kernel is None:
+        kernel = _BOUND[key] = Top1Kernel(key)
+    return kernel
 
 
 def run(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """bind(key)(q, k, v): eager use. Under torch.compile, bind the key outside the region."""
+    """bind(key)(q, k, v). Under torch.compile(fullgraph=True) the key must have been bound (or
+    run) once outside the compiled region: binding checks the key and registers custom ops."""
     return bind(key)(q, k, v)
 
 

@@ -140,13 +140,16 @@ def test_self_check_reports_a_wrong_kernel(tmp_path, monkeypatch):
 
 
 def test_model_compiles_without_graph_breaks():
-    """torch.compile(fullgraph=True) traces the custom ops (forward and autograd) in one graph."""
+    """torch.compile(fullgraph=True) traces the planner's call, top1.run(key, ...), through the
+    custom ops (forward and autograd) in one graph, once the key has been bound."""
     for spec in ("top1_element", "top1_chunk_exact"):
         chunk = {} if spec == "top1_element" else {"chunk": 16}
-        kernel = top1.bind(variant(spec, dk=16, dv=16, **chunk))
+        key = variant(spec, dk=16, dv=16, **chunk)
+        kernel = top1.bind(key)
         q, k, v, _ = make_inputs(1, 20, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False)
         leaves = [t.requires_grad_() for t in (q, k, v)]
-        compiled = torch.compile(lambda a, b, c: kernel(a, b, c).square().sum(), backend="eager", fullgraph=True)
+        compiled = torch.compile(lambda a, b, c: top1.run(key, a, b, c).square().sum(), backend="eager",
+                                 fullgraph=True)
         compiled(*leaves).backward()
         eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
         kernel(*eager).square().sum().backward()
