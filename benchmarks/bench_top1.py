@@ -47,7 +47,8 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=131072)
     p.add_argument("--chunk", type=int, default=128)
     p.add_argument("--flex-max-t", type=int, default=32768, help="longest T FlexAttention runs at")
-    p.add_argument("--check", action="store_true", help="correctness against float64 first")
+    p.add_argument("--check", action="store_true", help="correctness against float64 (after the timings)")
+    p.add_argument("--check-dtypes", default="float32,bfloat16", help="input dtypes the check runs")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU under the interpreter")
     p.add_argument("--budget-s", type=float, default=480.0, help="skip what starts after this many seconds")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -185,7 +186,7 @@ def flex_runners(q, k, v, C: int, scale: float):
     return {"flex_dense": dense, "flex_top1_approx": selected}
 
 
-def run_check(dims, device, chunk: int) -> list[dict]:
+def run_check(dims, device, chunk: int, dtype_names: str = "float32,bfloat16") -> list[dict]:
     import torch
 
     from seqdsl.kernels import top1
@@ -193,7 +194,7 @@ def run_check(dims, device, chunk: int) -> list[dict]:
     rows = []
     T = 2048 + 77 if device.type == "cuda" else 37
     C = chunk if device.type == "cuda" else 16
-    dtypes = [torch.float32, torch.bfloat16] if device.type == "cuda" else [torch.float32]
+    dtypes = [getattr(torch, name) for name in dtype_names.split(",")] if device.type == "cuda" else [torch.float32]
     for dim in dims:
         for name, key in keys(dim, C).items():
             for dtype in dtypes:
@@ -378,7 +379,7 @@ def main(argv=None) -> int:
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)"
     gemm = gemm_tflops(device)
     rows, compile_s = measure(args, device)
-    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk) if args.check else []
+    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk, args.check_dtypes) if args.check else []
     speedups(rows)
     import triton
 
