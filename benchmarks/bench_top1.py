@@ -31,6 +31,7 @@ import datetime
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -388,7 +389,8 @@ def main(argv=None) -> int:
                   chunk=args.chunk, rows=rows, compile_s=compile_s, check=check)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    tag = "smoke" if args.smoke else name.split()[-1].lower().replace(" ", "_")
+    model = re.search(r"\b([A-Z]+\d+)\b", name)  # "NVIDIA H100 80GB HBM3" -> h100
+    tag = "smoke" if args.smoke else (model.group(1) if model else "cuda").lower()
     stem = f"bench_top1_{tag}_{result['date'][:10]}"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
     (out / f"{stem}.md").write_text(markdown(result))
