@@ -85,7 +85,6 @@ def top1_chunk_7efbd9bd08b0_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
         live = ids < end
         sq = tl.load(PERM + bh * T_K + ids, mask=live, other=0)
         q = tl.load(Q + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-
         pos = sq
         z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
         z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
@@ -160,7 +159,6 @@ def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         rows = c * CHUNK + r0 + tl.arange(0, BLOCK_M)
         live = rows < T_K
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-
         pos = rows
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T_K + rows, mask=live, other=0.0)
@@ -182,7 +180,6 @@ def top1_chunk_7efbd9bd08b0_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         live = ids < end
         sq = tl.load(PERM + bh * T_K + ids, mask=live, other=0)
         q = tl.load(Q + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-
         pos = sq
         do = tl.load(DO + b * sdb + h * sdh + sq[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T_K + sq, mask=live, other=0.0)
