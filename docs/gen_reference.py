@@ -120,11 +120,11 @@ def slots_table() -> str:
             for cls in _primitives(field.annotation):
                 kind = cls.model_fields["kind"].default
                 out.append(f"| `{slot}` | `{kind}` | {_params(cls)} | {_first_paragraph(cls.__doc__)} |")
-    nested = [nodes.Element, nodes.Chunk]  # `over=` of `top`
-    for cls in nested:
+    nested = [("`select` → `top(over=...)`", nodes.Element), ("`select` → `top(over=...)`", nodes.Chunk),
+              ("`softmax(temperature=...)`, `dot(scale=...)`", nodes.Learned)]
+    for where, cls in nested:
         kind = cls.model_fields["kind"].default
-        out.append(f"| `select` → `top(over=...)` | `{kind}` | {_params(cls)} | "
-                   f"{_first_paragraph(cls.__doc__)} |")
+        out.append(f"| {where} | `{kind}` | {_params(cls)} | {_first_paragraph(cls.__doc__)} |")
     return "\n".join(out)
 
 
@@ -162,9 +162,21 @@ def rules_table() -> str:
     return "\n".join(out)
 
 
+def rule_changes() -> str:
+    """Each rule's `What changed:` paragraph: the judgements that changed a verdict, in the
+    rule's own documentation (what `seqdsl explain CODE` prints)."""
+    out = []
+    for r in ordered():
+        for para in r.doc.split("\n\n"):
+            if para.startswith("What changed:"):
+                text = " ".join(para[len("What changed:"):].split())
+                out.append(f"- **{r.code}** `{r.name}`: {text}")
+    return "\n".join(out)
+
+
 GENERATED = {
     GRAMMAR_README: {"slots": slots_table, "errors": errors_section},
-    CHECKER_DOC: {"rules": rules_table},
+    CHECKER_DOC: {"rules": rules_table, "rule-changes": rule_changes},
 }
 
 

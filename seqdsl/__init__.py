@@ -16,5 +16,14 @@ __version__ = "0.1.0"
 
 __all__ = [
     "Loaded", "SeqError", "SeqFileError", "SeqSemanticError", "SeqSyntaxError",
-    "format_module", "format_program", "load", "loads", "typed_module", "__version__",
+    "format_module", "format_program", "generate_text", "load", "loads", "typed_module", "__version__",
 ]
+
+
+def __getattr__(name: str):
+    # Imported on first use: it needs torch, and `import seqdsl` must not (the static core).
+    if name == "generate_text":
+        from seqdsl.text import generate_text
+
+        return generate_text
+    raise AttributeError(f"module 'seqdsl' has no attribute {name!r}")

@@ -52,24 +52,40 @@ def one_of(choices: Iterable[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " or " + names[-1]
 
 
+@dataclass(frozen=True)
+class Note:
+    """A second place an error involves (the other declaration of a clashing name...)."""
+
+    message: str
+    span: Span | None = None
+
+
+def _located(kind: str, message: str, span: Span | None) -> list[str]:
+    where = f"{span.location()}: " if span else ""
+    parts = [f"{where}{kind}: {message}"]
+    snippet = render_snippet(span) if span else ""
+    if snippet:
+        parts.append(snippet)
+    return parts
+
+
 class SeqError(Exception):
     """A user error: bad spec text, a missing file, an impossible request."""
 
     kind = "error"
 
-    def __init__(self, message: str, span: Span | None = None, hint: str | None = None):
+    def __init__(self, message: str, span: Span | None = None, hint: str | None = None,
+                 notes: tuple[Note, ...] = ()):
         super().__init__(message)
         self.message = message
         self.span = span
         self.hint = hint
+        self.notes = tuple(notes)
 
     def render(self) -> str:
-        where = f"{self.span.location()}: " if self.span else ""
-        parts = [f"{where}{self.kind}: {self.message}"]
-        if self.span:
-            snippet = render_snippet(self.span)
-            if snippet:
-                parts.append(snippet)
+        parts = _located(self.kind, self.message, self.span)
+        for note in self.notes:
+            parts += _located("note", note.message, note.span)
         if self.hint:
             parts.append(f"  hint: {self.hint}")
         return "\n".join(parts)

@@ -11,6 +11,9 @@ The IR holds no comments (equality is structural), so `format_module` alone woul
   the first of them, so each comment is printed once;
 - comments after the last item of the file stay at the end.
 
+A leading UTF-8 byte-order mark is read past (seqdsl.parse) and not written back: the canonical
+form has none, so `seqdsl fmt --write` removes it.
+
 Blank lines inside a comment block, or between it and its item, are kept as one blank line. Comments inside a multi-line
 value move to the item that follows, which is the one thing that can move a comment off its line.
 """
@@ -20,7 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from seqdsl.ir.printer import INDENT, decl_header, format_assign, format_import
-from seqdsl.parse.parser import parse_text
+from seqdsl.parse.parser import BOM, parse_text
 from seqdsl.passes.sourcemap import SourceMap
 from seqdsl.passes.typing import Typer
 
@@ -83,6 +86,7 @@ def _collect(text: str, anchors: list[int]) -> _Comments:
 
 def format_source(text: str, path: str = "<string>") -> str:
     """`text` in canonical form, comments kept. Raises SeqError on malformed text."""
+    text = text.removeprefix(BOM)  # as the parser reads it, so a first-line comment stays one
     tree = parse_text(text, path)
     module = Typer(SourceMap()).module(tree)
     anchors = [i.span.line for i in tree.imports]

@@ -13,14 +13,15 @@ SPEC_IDS = [p.stem for p in SPEC_FILES]
 
 
 def spec_model(path: Path, **sizes) -> tuple[nodes.Program, nodes.Model]:
-    """The spec's model at the `tiny` preset's size (plus `sizes` overrides), widened where a
-    mixer's heads need it (RetNet's head_dim is 256)."""
-    from seqdsl.lower.lm import pick_model, with_preset
+    """The spec's model at the `tiny` preset (seqdsl/ir/presets.py: heads resized with the width),
+    with `sizes` overrides; unless `layers` is given, the fewest layers that hold two (and a whole
+    number of) periods of its layer pattern, to keep tests fast."""
+    from seqdsl.ir.presets import model_at
 
-    program = seqdsl.load(path).program
-    model = with_preset(pick_model(program), "tiny").model_copy(update=sizes)
-    need = max(-(-program.mixer(n).head_dim // program.mixer(n).expand) for n in model.mixer)
-    return program, model.model_copy(update={"d_model": max(model.d_model, need)})
+    resized = model_at(seqdsl.load(path).program, preset="tiny")
+    period = len(resized.model.mixer)
+    sizes.setdefault("layers", period * max(1, -(-2 // period)))
+    return resized.program, resized.model.model_copy(update=sizes)
 
 
 def longest_chunk(program: nodes.Program, model: nodes.Model) -> int:

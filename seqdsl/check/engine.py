@@ -6,7 +6,11 @@ Verdicts (docs/design.md §5):
 - model: the worst verdict of its mixers, except a hybrid (M001 reported) whose mixers mix
   `pass` and non-`pass`: `degraded`, since the paper tested neither way; an M error
   (a model that cannot be built) makes it `fail`.
-- spec (a file): the worst over the mixers and models the file itself declares.
+- spec (a file): when the file declares models, the worst over its models and over its own
+  mixers that none of its models uses (a mixer inside a model is judged through the model, so a
+  hybrid's file is as degraded as the hybrid); without models, the worst over its own mixers.
+  A file that declares nothing itself is judged on what it imports (as `seqdsl lower` builds
+  an imported mixer); a file with no mixer and no model at all is an input error (exit 2).
 Rules left out by `--select/--ignore` neither report nor count for any verdict.
 """
 
@@ -23,6 +27,7 @@ from seqdsl.check.registry import (PAPER_CONTEXT, Diagnostic, MixerContext, Mode
                                    active_rules, ordered)
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
+from seqdsl.ir.presets import NOTHING_DECLARED
 from seqdsl.passes.resolve import Loaded, load
 
 VERDICTS = ("pass", "degraded", "fail")  # from best to worst; a spec that cannot be read: "error"
@@ -54,10 +59,6 @@ class SpecReport:
     diagnostics: list[Diagnostic] = field(default_factory=list)
     error: SeqError | None = None
 
-    @property
-    def findings(self) -> list[Diagnostic]:
-        """Diagnostics that make the exit code 1 (infos do not)."""
-        return [d for d in self.diagnostics if d.severity != "info"]
 
 
 def _context_of(models: Sequence[nodes.Model], override: int | None) -> tuple[int, str]:
@@ -83,7 +84,11 @@ def check_program(loaded: Loaded, select: Iterable[str] | None = None,
     and its own models."""
     rules = active_rules(select, ignore)
     program = loaded.program
-    own = set(program.own)
+    if not program.mixers and not program.models:
+        raise SeqError(NOTHING_DECLARED, None,
+                       "declare a `mixer NAME { ... }` (and a `model`), or import a spec")
+    # A file that only imports is judged on what it imports, as `seqdsl lower` builds it.
+    own = set(program.own) or {m.name for m in (*program.mixers, *program.models)}
     own_models = [m for m in program.models if m.name in own]
     used = {name for m in own_models for name in m.mixer}
     mixers = [m for m in program.mixers if m.name in own or m.name in used]
@@ -103,9 +108,16 @@ def check_program(loaded: Loaded, select: Iterable[str] | None = None,
         report.models[model.name] = model_verdict(verdicts.values(), found)
         report.diagnostics.extend(found)
     report.diagnostics.sort(key=_sort_key(loaded.path))
-    judged = [v for n, v in report.mixers.items() if n in own] + list(report.models.values())
-    report.verdict = worst(judged)
+    report.verdict = file_verdict(report, own, used)
     return report
+
+
+def file_verdict(report: SpecReport, own: set[str], used: set[str]) -> str:
+    """Models first: a mixer used by the file's models is judged through them (a hybrid of a
+    passing and a failing mixer is degraded, whether it declares its mixers or imports them);
+    own mixers no model uses still count on their own."""
+    loose = [v for n, v in report.mixers.items() if n in own and n not in used]
+    return worst(list(report.models.values()) + loose)
 
 
 def _sort_key(path: str):

@@ -98,14 +98,14 @@ def _is_top1_chunk(m: nodes.Mixer) -> bool:
 @rule("M003", "head-layout", "M", "error")
 def head_layout(ctx: ModelContext):
     """The heads must fit: `heads = auto` needs expand x d_model to be a multiple of head_dim,
-    and `qk_groups` must divide the number of heads.
+    and `qk_groups` / `kv_groups` must divide the number of heads.
 
     Why: with `heads = auto` a mixer takes expand * d_model / head_dim heads from the model;
     when that does not divide, there is no whole number of heads and the model cannot be built.
 
     Paper: not a finding of the paper.
 
-    Fix: set `heads` explicitly, or change `head_dim`, `expand`, `d_model` or `qk_groups` so
+    Fix: set `heads` explicitly, or change `head_dim`, `expand`, `d_model`, `qk_groups` or `kv_groups` so
     they divide."""
     for name in dict.fromkeys(ctx.model.mixer):  # each mixer once, in layer order
         try:

@@ -79,10 +79,17 @@ def aggregate_selection(ctx: MixerContext):
     Paper: Top-1 chunk Approx (mean-key scores) matches Exact at 2K context but degrades OOD at
     100K context, while retrieval stays equal: a weakened, not absent, relation.
 
+    With chunks of one key the mean key is the key: q . mean(k) = q . k, the selection is
+    Exact and nothing is reported.
+
+    What changed: `top(1, over=chunk(1), score=mean)` used to be reported ("one matching key
+    among 0 others can be averaged away"); a chunk of one key has nothing to average.
+
     Fix: `score = max` (Exact: the chunk that holds the query's best single key) or
     `score = lse`."""
     sel = ctx.mixer.select
-    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and sel.score == "mean":
+    if (isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and sel.score == "mean"
+            and sel.over.size > 1):
         yield Finding(
             f"top({sel.k}, over=chunk({sel.over.size}), score=mean) picks chunks by the query's "
             f"dot product with the chunk's mean key: one matching key among {sel.over.size - 1} "

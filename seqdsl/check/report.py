@@ -27,11 +27,16 @@ JSON_VERSION = 1
 
 
 def exit_code(reports: Iterable[SpecReport]) -> int:
-    """2 if any spec could not be read; else 1 if any warning or error; else 0."""
+    """2 if any spec could not be read; else 1 if any spec is degraded or fails; else 0.
+
+    The exit code follows the verdicts, which follow severity and pillar: a finding against the
+    principle (a V, R or N error or warning, a W error, an M error or a hybrid) degrades or
+    fails a spec. Speed notes (W002, W003: a fast backend falls back to the reference path),
+    W004/W005 and infos are printed but leave a passing spec at exit 0."""
     reports = list(reports)
     if any(r.error for r in reports):
         return 2
-    return 1 if any(r.findings for r in reports) else 0
+    return 1 if any(r.verdict in ("degraded", "fail") for r in reports) else 0
 
 
 # --- text ----------------------------------------------------------------------------------------

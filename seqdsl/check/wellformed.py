@@ -9,12 +9,10 @@ generated Triton kernels / flash backends to the PyTorch reference path (W002, W
 from __future__ import annotations
 
 from seqdsl.check.registry import Finding, MixerContext, rule
-from seqdsl.ir import nodes
+from seqdsl.ir import nodes, support
 from seqdsl.ir.conflicts import conflicts
-
-# Head dims the generated Triton kernels and the flash / fla backends take.
-BACKEND_HEAD_DIMS = (16, 32, 64, 128, 256)
-
+from seqdsl.ir.key import kernel_key
+from seqdsl.ir.layout import LayoutError
 
 @rule("W001", "conflicting-choices", "W", "error")
 def conflicting_choices(ctx: MixerContext):
@@ -48,63 +46,66 @@ def _chunk_sizes(m: nodes.Mixer) -> list[tuple[int, tuple[str, ...], str]]:
     return out
 
 
+def _fast_path_refusals(ctx: MixerContext) -> list[support.Support]:
+    """What the fast backends for this mixer's family say, when none of them can run it (an
+    empty list when one can). The facts are the support tables of seqdsl/ir/support.py, the
+    same ones the planner reads; the key is computed as for the first model using the mixer
+    (the width only matters for `heads = auto`, which no backend constrains)."""
+    m = ctx.mixer
+    d_model = ctx.models[0].d_model if ctx.models else m.head_dim
+    try:
+        key = kernel_key(m, d_model)
+    except (LayoutError, ValueError):
+        return []  # the heads do not fit: M003 reports it
+    verdicts = support.fast_paths(key)
+    return [] if any(v.ok for v in verdicts) else verdicts
+
+
 @rule("W002", "chunk-tiling", "W", "warning")
 def chunk_tiling(ctx: MixerContext):
     """Chunk sizes the Triton kernels cannot tile run on the reference path.
 
-    Why: the generated Triton kernels for chunk selection and chunk-local attention process a
-    chunk as whole tiles whose sizes are powers of two of at least 16 (tl.arange needs a power
-    of two; tensor-core tiles are multiples of 16). Any other size is still correct, but runs
-    on the PyTorch reference path, which materialises T x T scores: slow and memory-hungry at
-    long context.
+    Why: the generated Triton kernels for chunk selection process a chunk as one tile whose
+    size is a power of two from 16 to 128 (tl.arange needs a power of two; tensor-core tiles
+    are multiples of 16; the backward holds a whole chunk's keys and gradients in one program).
+    Any other size is still correct, but runs on the PyTorch reference path, which
+    materialises T x T scores: slow and memory-hungry at long context. The rule reads the
+    generated kernels' support table (seqdsl/ir/support.py), as the planner does.
 
     Paper: the Top-1 chunk mixers use chunks of 128.
 
-    Fix: a power of two >= 16, e.g. `chunk(128)`."""
-    for size, path, what in _chunk_sizes(ctx.mixer):
-        if size < 16 or size & (size - 1):
-            yield Finding(
-                f"{what}({size}) is not a power of two >= 16: the generated Triton kernels cannot "
-                f"tile it; the reference (PyTorch) path is used",
-                ctx.span(*path), "speed: the reference path materialises T x T scores",
-                "a power of two >= 16, e.g. 128")
+    Fix: a power of two from 16 to 128, e.g. `chunk(128)`."""
+    sel = ctx.mixer.select
+    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and support.chunk_tiling(sel.over.size):
+        yield Finding(
+            f"{support.chunk_tiling(sel.over.size)}; the reference (PyTorch) path is used",
+            ctx.span("select", "over", "size"), "speed: the reference path materialises T x T scores",
+            "a power of two from 16 to 128, e.g. 128")
 
 
-def _per_channel_ssm(m: nodes.Mixer) -> bool:
-    """Mamba-1's layout: every channel is its own SSM (head_dim 1, per-channel decay)."""
-    return (m.head_dim == 1 and m.is_recurrent and isinstance(m.decay, nodes.DataDependentDecay)
-            and m.decay.granularity == "vector")
+@rule("W003", "no-fast-path", "W", "warning")
+def no_fast_path(ctx: MixerContext):
+    """No fast backend takes this mixer: it runs on the PyTorch reference path.
 
-
-@rule("W003", "backend-head-dim", "W", "warning")
-def backend_head_dim(ctx: MixerContext):
-    """A head dim the fast backends do not take runs on the reference path.
-
-    Why: the generated Triton kernels (Top-1 family), the flash / SDPA attention backends and
-    the flash-linear-attention kernels are compiled for head dims 16, 32, 64, 128 and 256.
-    Other head dims are correct but run on the PyTorch reference path. Mamba-1's per-channel
-    layout (head_dim 1) is reported as info: mamba-ssm's selective scan takes it where that
-    package is installed.
+    Why: each family has fast backends (SDPA for softmax attention, the generated Triton
+    kernels for Top-1 selection, flash-linear-attention for the recurrent family), each with
+    limits: tile widths (fla's kernels are at least 16 wide; the generated kernels take key and
+    value widths of 16 to 128), top-k with k > 1, feature maps or visibility under selection.
+    Outside them the spec is still correct but runs on the reference, which is slow at long
+    context. The limits are the backends' support tables (seqdsl/ir/support.py), which the
+    planner reads too, so this warning and `seqdsl lower`'s path table always agree. A chunk
+    size the kernels cannot tile is W002's finding, reported here only when nothing else is.
 
     Paper: the paper's models use head dims of 64 and 128.
 
-    Fix: `head_dim = 64` (or another of 16, 32, 128, 256), adjusting `heads` or `expand`."""
-    m = ctx.mixer
-    if m.head_dim in BACKEND_HEAD_DIMS:
-        return
-    if _per_channel_ssm(m):
-        yield Finding(
-            "head_dim 1 (per-channel SSM, Mamba-1): runs on mamba-ssm's selective scan where it "
-            "is installed, else on the reference (PyTorch) path",
-            ctx.span("head_dim"), "speed: the reference path is slow at long context",
-            "install mamba-ssm on GPU machines", severity="info")
-        return
-    yield Finding(
-        f"head_dim {m.head_dim} is not one of {', '.join(map(str, BACKEND_HEAD_DIMS))}: the "
-        f"generated Triton kernels and flash backends do not take it; the reference (PyTorch) "
-        f"path is used",
-        ctx.span("head_dim"), "speed: the reference path is slow at long context",
-        "`head_dim = 64` (or 16, 32, 128, 256)")
+    Fix: the message names what rules each backend out; e.g. `head_dim = 64`."""
+    for refusal in _fast_path_refusals(ctx):
+        if not refusal.tiling:
+            yield Finding(
+                f"no fast path: {refusal.backend} cannot run it ({refusal.reason}); the reference "
+                "(PyTorch) path is used", ctx.span("head_dim"),
+                "speed: the reference path is slow at long context",
+                "change what the message names, e.g. `head_dim = 64`")
 
 
 @rule("W004", "context-not-multiple-of-chunk", "W", "info")

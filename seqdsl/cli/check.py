@@ -1,8 +1,8 @@
 """`seqdsl check PATH...`: lint specs against the full-sequence arbitrary selection principle.
 
-Every path is checked, even when an earlier one cannot be read; exit code 2 if any could not
-be read, else 1 if any warning or error was reported, else 0. Text goes to stdout and read
-errors to stderr; `--format json` prints one document for the whole run on stdout.
+Every path is checked, even when an earlier one cannot be read; the exit code is EXIT_CODES.
+Text goes to stdout and read errors to stderr; `--format json` prints one document for the
+whole run on stdout.
 """
 
 from __future__ import annotations
@@ -29,7 +29,15 @@ def _positive(text: str) -> int:
     return value
 
 
+EXIT_CODES = (
+    "Exit codes follow the verdicts: 0 when every spec passes (speed notes such as W002/W003, a "
+    "fast backend falling back to the reference path, and infos do not count); 1 when any spec "
+    "is degraded or fails; 2 when an input cannot be read (missing file, syntax or semantic "
+    "error, a file with no mixer and no model, an unknown rule code).")
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = EXIT_CODES
     parser.add_argument("paths", nargs="+", metavar="PATH", help=".seq files or directories")
     parser.add_argument("--select", type=_codes, action="extend", metavar="CODES",
                         help="only these rules: codes, prefixes (V, N00) or names, comma-separated")
@@ -37,7 +45,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="skip these rules (same forms as --select); they do not count for verdicts")
     parser.add_argument("--format", choices=("text", "json"), default="text")
     parser.add_argument("--exit-zero", action="store_true",
-                        help="exit 0 even when rules report findings (2 still means unreadable input)")
+                        help="exit 0 even when a spec is degraded or fails "
+                             "(2 still means unreadable input)")
     parser.add_argument("--context", type=_positive, metavar="N",
                         help="judge windows and horizons against N tokens instead of the models' context")
 

@@ -58,13 +58,12 @@ def _ranges(xs: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from seqdsl.lower.lm import LanguageModel, pick_model, with_preset
+    from seqdsl.ir.presets import model_at
+    from seqdsl.lower.lm import LanguageModel
     from seqdsl.passes.resolve import load
 
-    program = load(args.path).program
-    spec = pick_model(program, args.model)
-    if args.preset:
-        spec = with_preset(spec, args.preset)
+    resized = model_at(load(args.path).program, args.model, args.preset)
+    program, spec = resized.program, resized.model
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     except RuntimeError:
@@ -78,9 +77,11 @@ def run(args: argparse.Namespace) -> int:
         raise SeqError(f"cannot build model {spec.name}: {first}") from None
     total = lm.num_parameters()
     body = lm.num_parameters(exclude_embedding=True)
-    resized = f" (resized to preset {args.preset})" if args.preset else ""
-    print(f"model {spec.name}{resized}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
+    shown = f" (resized to preset {args.preset})" if args.preset else ""
+    print(f"model {spec.name}{shown}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
           f"context {spec.context}, block {spec.block}, mlp {spec.mlp.kind}, tie {str(spec.tie).lower()}")
+    for note in resized.notes:
+        print(f"  preset: {note}")
     print(f"parameters: {total:,} ({_count(total)}); without embeddings: {body:,} ({_count(body)})")
     print(f"\npaths on {device.type}:")
     rows = lm.describe_paths(device)

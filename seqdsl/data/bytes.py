@@ -16,6 +16,12 @@ def encode_bytes(text: str) -> Tensor:
     return torch.frombuffer(bytearray(text.encode("utf-8")), dtype=torch.uint8).long()
 
 
+def decode_bytes(tokens: Tensor) -> str:
+    """The text of 1-D byte tokens; bytes that are not valid UTF-8 (an untrained model emits
+    plenty) become U+FFFD rather than an error."""
+    return bytes(tokens.tolist()).decode("utf-8", errors="replace")
+
+
 def random_windows(tokens: Tensor, batch: int, length: int, generator: torch.Generator):
     """Endless (inputs, targets) pairs of shape (B, T): random windows of `tokens`, the targets
     shifted by one. Deterministic given the generator's seed."""

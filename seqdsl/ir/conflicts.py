@@ -67,6 +67,17 @@ def conflicts(m: nodes.Mixer) -> list[Conflict]:
             "folds the whole prefix into its state", ("visibility",),
             "`visibility = full` (decay is how a recurrence forgets), or softmax weights"))
 
+    # --- learned values ------------------------------------------------------------------------
+    if isinstance(m.weights, nodes.Softmax) and isinstance(m.weights.temperature, nodes.Learned) and (
+            not isinstance(m.decay, nodes.NoDecay) or isinstance(m.position, nodes.Alibi)
+            or isinstance(m.relation, nodes.Positional)):
+        out.append(Conflict(
+            "a learned temperature with a score bias (decay, alibi or a positional relation) is not "
+            "supported yet: the paths divide the bias by a fixed temperature, not a per-head "
+            "learned one", ("weights", "temperature"),
+            "a fixed `temperature`, or `scale = learned(...)` in `relation = dot(...)`, which "
+            "leaves the bias alone"))
+
     # --- what top-k selection can be combined with -------------------------------------------
     if chunked and not isinstance(m.visibility, nodes.Full):
         out.append(Conflict(
@@ -89,6 +100,11 @@ def conflicts(m: nodes.Mixer) -> list[Conflict]:
             ("relation",), "`relation = dot`"))
 
     # --- shapes --------------------------------------------------------------------------------
+    if m.qk_groups != "auto" and m.kv_groups != "auto":
+        out.append(Conflict(
+            "`qk_groups` and `kv_groups` both share the keys: a mixer shares either q and k "
+            "(Mamba's ngroups) or k and v (grouped-query attention), not both", ("kv_groups",),
+            "remove `qk_groups` (or `kv_groups`)"))
     key_dim = m.head_dim if m.key_dim == "auto" else m.key_dim
     if isinstance(m.position, nodes.Rope) and key_dim % 2:
         out.append(Conflict(

@@ -10,7 +10,7 @@ The key holds what changes the *computation*, not the parameters: two mixers wit
 the same kernels on tensors of the same shapes.
 
 Shape names as elsewhere: H heads, Dk key width (state rows), Dv value width, G query/key groups,
-F feature width of phi(k).
+K key/value groups (grouped-query attention), F feature width of phi(k).
 
 This module imports neither torch nor triton.
 """
@@ -58,6 +58,7 @@ class KernelKey:
     key_dim: int  # Dk (before the feature map)
     head_dim: int  # Dv
     qk_groups: int  # G
+    kv_groups: int  # K: heads share k and v in groups of H / K (H = no sharing); the cache holds K heads
     feature: str  # phi: identity / elu1 / relu / taylor
     feature_dim: int  # F = width of phi(k)
     relation: str  # dot / random_keys / const_keys / positional
@@ -77,6 +78,13 @@ class KernelKey:
     decay: DecayKind  # constant, data-dependent scalar, per-channel vector (ALiBi adds a constant)
     update: UpdateKind
     value_cols: int  # columns of v the state carries: Dv, + 1 normaliser for normalized_linear
+    # Learned values (`learned(init)`): a per-head parameter (exp of an nn.Parameter) that the
+    # lowering folds into q before stage (3) (MixerModule._learned_q), so `scale` / `temperature`
+    # above are then 1: a kernel computes the same thing with or without these flags. They say
+    # that q carries a trainable per-head factor (for naming, and for a kernel that might one
+    # day take the factor as an input instead).
+    learned_scale: bool
+    learned_temperature: bool
 
     @property
     def decay_shape(self) -> Literal["none", "scalar", "vector"]:
@@ -104,9 +112,19 @@ def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
     rel = mixer.relation
     if feature != "identity":
         return 1.0  # the feature map's input carries the scale (see MixerModule._features)
+    if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
+        return 1.0  # folded into q, per head
     if isinstance(rel, nodes.Dot) and rel.scale != "auto":
         return float(rel.scale)
     return 1.0 / math.sqrt(key_dim)
+
+
+def _fixed_temperature(weights: nodes.Primitive) -> float:
+    """The temperature the path divides by: the softmax's, 1 for the recurrent family and for a
+    learned temperature (folded into q, per head)."""
+    if isinstance(weights, nodes.Softmax) and not isinstance(weights.temperature, nodes.Learned):
+        return weights.temperature
+    return 1.0
 
 
 def _decay_kind(decay: nodes.Primitive) -> DecayKind:
@@ -155,14 +173,16 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
     return KernelKey(
         family="select" if select is not None else "softmax" if softmax else "recurrent",
         heads=layout.heads, key_dim=layout.key_dim, head_dim=layout.head_dim,
-        qk_groups=layout.qk_groups, feature=feature,
+        qk_groups=layout.qk_groups, kv_groups=layout.kv_groups, feature=feature,
         feature_dim=feature_width(feature, layout.key_dim), relation=rel.kind,
         qk_norm=isinstance(rel, nodes.Dot) and rel.qk_norm, position=mixer.position.kind,
         scale=_score_scale(mixer, feature, layout.key_dim),
-        temperature=mixer.weights.temperature if softmax else 1.0,
+        temperature=_fixed_temperature(mixer.weights),
         visibility=vis.kind, window=getattr(vis, "size", None),
         score_bias=softmax and (decay != "none" or isinstance(rel, nodes.Positional)),
         select=select, weights=mixer.weights.kind, decay=decay,
         update=_update_kind(mixer.update),
         value_cols=layout.head_dim + isinstance(mixer.weights, nodes.NormalizedLinear),
+        learned_scale=isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned),
+        learned_temperature=softmax and isinstance(mixer.weights.temperature, nodes.Learned),
     )

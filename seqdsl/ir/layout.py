@@ -22,6 +22,15 @@ class HeadLayout:
     key_dim: int  # Dk: state rows / query-key width per head
     head_dim: int  # Dv: value width per head
     qk_groups: int  # G: distinct query/key projections, each shared by H / G heads
+    kv_groups: int  # K: distinct key/value projections, each shared by H / K heads (GQA)
+
+    # Projections per tensor: q has G, v has K, k has whichever is shared (ir/conflicts.py
+    # refuses a mixer that sets both, so at most one of G and K is below H).
+
+    @property
+    def key_groups(self) -> int:
+        """Distinct key projections (and key heads the decoding cache stores)."""
+        return min(self.qk_groups, self.kv_groups)
 
 
 def head_layout(mixer: nodes.Mixer, d_model: int) -> HeadLayout:
@@ -41,5 +50,9 @@ def head_layout(mixer: nodes.Mixer, d_model: int) -> HeadLayout:
     if H % G:
         raise LayoutError(f"mixer {mixer.name}: qk_groups = {G} does not divide its {H} heads",
                           f"set qk_groups in mixer {mixer.name} to a divisor of {H}")
+    K = H if mixer.kv_groups == "auto" else mixer.kv_groups
+    if H % K:
+        raise LayoutError(f"mixer {mixer.name}: kv_groups = {K} does not divide its {H} heads",
+                          f"set kv_groups in mixer {mixer.name} to a divisor of {H}")
     Dk = Dv if mixer.key_dim == "auto" else mixer.key_dim
-    return HeadLayout(H, Dk, Dv, G)
+    return HeadLayout(H, Dk, Dv, G, K)

@@ -42,6 +42,25 @@ class Primitive(Node):
     kind: str
 
 
+# --- learned values: a number the model trains, starting from `init` ----------------------------
+
+
+class Learned(Primitive):
+    """A value the model learns, one per head, starting at `init` (`softmax(temperature =
+    learned(1.0))`, `dot(scale = learned(0.125))`). It is stored as a log, so it stays positive
+    whatever the optimiser does; the checker judges the mixer from `init` and says the value is
+    learned."""
+
+    POSITIONAL: ClassVar[tuple[str, ...]] = ("init",)
+    kind: Literal["learned"] = "learned"
+    init: float = Field(1.0, gt=0, le=MAX_SIZE)
+
+
+def initial_value(value: "float | Learned") -> float:
+    """A number, or the starting value of a learned one (what the checker judges)."""
+    return value.init if isinstance(value, Learned) else float(value)
+
+
 # --- position: how token order enters the scores -------------------------------------------------
 
 
@@ -75,12 +94,14 @@ FeatureMap = Literal["identity", "elu1", "relu", "taylor"]
 class Dot(Primitive):
     """Content-based relation: score(i, j) = phi(q_i) . phi(k_j) * scale.
 
-    `scale = auto` means 1/sqrt(head_dim). `feature` is the feature map phi applied to q and k
-    (identity for attention; elu1 for linear attention; taylor for Based's 2nd-order Taylor
-    expansion of exp). `qk_norm` RMS-normalises q and k per head before the product."""
+    `scale = auto` means 1/sqrt(head_dim); `scale = learned(init)` is a per-head scale the model
+    learns (it multiplies the scores, after the feature map). `feature` is the feature map phi
+    applied to q and k (identity for attention; elu1 for linear attention; taylor for Based's
+    2nd-order Taylor expansion of exp). `qk_norm` RMS-normalises q and k per head before the
+    product."""
 
     kind: Literal["dot"] = "dot"
-    scale: Union[float, Literal["auto"]] = "auto"
+    scale: Union[float, Literal["auto"], Learned] = "auto"
     feature: FeatureMap = "identity"
     qk_norm: bool = False
 
@@ -140,10 +161,11 @@ Visibility = Annotated[Union[Full, Window, ChunkLocal], Field(discriminator="kin
 
 
 class Softmax(Primitive):
-    """w_ij = softmax_j(score_ij / temperature): sharpens; lower temperature concentrates more."""
+    """w_ij = softmax_j(score_ij / temperature): sharpens; lower temperature concentrates more.
+    `temperature = learned(init)` is a per-head temperature the model learns."""
 
     kind: Literal["softmax"] = "softmax"
-    temperature: float = Field(1.0, gt=0)
+    temperature: Union[Annotated[float, Field(gt=0)], Learned] = 1.0
 
 
 class Linear(Primitive):
@@ -354,7 +376,10 @@ class Mixer(Node):
     inner dimension, 2 in Mamba); `key_dim = auto` takes head_dim
     (state rows of the recurrent family: Mamba's d_state, GLA's key dimension).
     `qk_groups` is how many distinct query/key projections the heads share (Mamba's `ngroups`:
-    1 = one B and one C for every head); `auto` gives every head its own."""
+    1 = one B and one C for every head); `auto` gives every head its own.
+    `kv_groups` is how many distinct key/value projections the heads share (grouped-query
+    attention; 1 = multi-query attention); `auto` gives every head its own. A mixer shares
+    either q and k (`qk_groups`) or k and v (`kv_groups`), not both."""
 
     name: str
     heads: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
@@ -362,6 +387,7 @@ class Mixer(Node):
     expand: int = Field(1, gt=0, le=MAX_SIZE)
     key_dim: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
     qk_groups: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
+    kv_groups: Union[Annotated[int, Field(gt=0, le=MAX_SIZE)], Auto] = "auto"
     position: Position = NoPosition()
     relation: Relation = Dot()
     visibility: Visibility = Full()

@@ -89,6 +89,14 @@ TRITON_MIN_CHUNK = 16  # a chunk is loaded as one tile: a power of two >= 16 (tl
 TRITON_MAX_CHUNK = 128
 
 
+def chunk_tiling(size: int) -> str:
+    """Why the generated kernels cannot tile chunks of `size` ("" when they can)."""
+    if size < TRITON_MIN_CHUNK or size > TRITON_MAX_CHUNK or not _pow2(size):
+        return (f"chunk({size}) is not a power of two in {TRITON_MIN_CHUNK}..{TRITON_MAX_CHUNK}: "
+                "the kernels load a chunk as one tile")
+    return ""
+
+
 def triton(key: KernelKey) -> Support:
     """The generated Top-1 kernels: element or chunk selection with k = 1."""
     sel = key.select
@@ -111,9 +119,8 @@ def triton(key: KernelKey) -> Support:
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
                              "(reference only)")
     if sel.over == "chunk":
-        if sel.chunk < TRITON_MIN_CHUNK or sel.chunk > TRITON_MAX_CHUNK or not _pow2(sel.chunk):
-            return _no("triton", f"chunk({sel.chunk}) is not a power of two in {TRITON_MIN_CHUNK}.."
-                                 f"{TRITON_MAX_CHUNK}: the kernels load a chunk as one tile", tiling=True)
+        if chunk_tiling(sel.chunk):
+            return _no("triton", chunk_tiling(sel.chunk), tiling=True)
         if sel.score == "lse":
             return _no("triton", "chunk score `lse` is not generated (max and mean are)")
     return Support("triton", f"triton.top1_{sel.over}")

@@ -19,44 +19,22 @@ import warnings
 import torch
 from torch import Tensor
 
-from seqdsl.ir import nodes
 from seqdsl.reference import recurrent as rec_ref
 
-_MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot); smaller head dims stay on the reference
 _VECTOR_OPS = ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
 _ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initial_state")
 
 
-def decay_kind(log_decay: Tensor | None) -> str:
-    """"none", "scalar" (B, T, H) or "vector" (B, T, H, K): fla takes different kernels."""
-    return "none" if log_decay is None else "scalar" if log_decay.dim() == 3 else "vector"
-
-
-@functools.lru_cache(maxsize=None)  # planned on every forward call: keep it a dict lookup
-def op_for(spec: nodes.Mixer, K: int, V: int) -> tuple[str | None, str]:
-    """(fla op name, "") for a spec fla can run with key width K and value width V, else
-    (None, why not)."""
-    if min(K, V) < _MIN_DIM:
-        return None, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
+@functools.lru_cache(maxsize=None)
+def importable() -> bool:
+    """True when fla imports here (it warns when imported on a machine without a GPU)."""
     try:
-        with warnings.catch_warnings():  # fla warns when imported on a machine without a GPU
+        with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             import fla  # noqa: F401
-    except Exception as err:  # ImportError, or fla failing to initialise on this machine
-        return None, f"flash-linear-attention is not importable ({type(err).__name__})"
-    update, decay = spec.update, spec.decay
-    vector = isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "vector"
-    if isinstance(update, nodes.Rwkv7):
-        return "fla.chunk_rwkv7", ""
-    if isinstance(update, nodes.Additive) and update.bonus:
-        return "fla.chunk_rwkv6", ""
-    if isinstance(update, nodes.Additive):
-        return ("fla.chunk_gla", "") if vector else ("fla.chunk_simple_gla", "")
-    if vector:
-        return None, "fla has no delta-rule kernel with a per-channel decay in this mapping"
-    if isinstance(decay, nodes.NoDecay) and not isinstance(spec.position, nodes.Alibi):
-        return "fla.chunk_delta_rule", ""
-    return "fla.chunk_gated_delta_rule", ""
+    except Exception:  # ImportError, or fla failing to initialise on this machine
+        return False
+    return True
 
 
 def compute_dtype(m) -> torch.dtype:
@@ -67,12 +45,12 @@ def compute_dtype(m) -> torch.dtype:
 
 
 def run(op: str, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.mixer.Mixed), in the
+    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.paths.RecurrentInputs), in the
     dtype mix the self-check tested: `compute_dtype(m)` for all inputs, float32 log decays."""
     dtype = compute_dtype(m)
     cast = lambda t: t.to(dtype) if t is not None else None
     log_decay = m.log_decay.float() if m.log_decay is not None else None
-    return _call(op, cast(m.q), cast(m.k), cast(m.v), log_decay, cast(m.beta), cast(m.extra.get("bonus")),
+    return _call(op, cast(m.q), cast(m.k), cast(m.v), log_decay, cast(m.beta), cast(m.bonus),
                  cast(m.a), cast(m.kappa), S)
 
 
@@ -106,16 +84,6 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
 
 # ops whose backward runs fla's gated chunk_bwd_dqkwg when given a decay
 _GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
-
-
-def spec_decay_kind(spec: nodes.Mixer) -> str:
-    """The kind of log decay (see `decay_kind`) the mixer will pass, read off the spec."""
-    decay = spec.decay
-    if isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "vector":
-        return "vector"
-    if isinstance(decay, nodes.NoDecay) and not isinstance(spec.position, nodes.Alibi):
-        return "none"
-    return "scalar"  # constant, data-dependent scalar, or ALiBi's per-head decay
 
 
 @functools.lru_cache(maxsize=None)
@@ -178,8 +146,6 @@ def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V
     """(True, "") when `op` matches the reference (outputs, final state, input gradients) on
     this machine for calls shaped like (K, V, with or without a decay); else (False, what went
     wrong). The first call compiles and autotunes fla's kernels: seconds to a minute per op."""
-    if min(K, V) < _MIN_DIM:
-        return False, f"head dims {K}x{V} are below fla's {_MIN_DIM}-wide tiles"
     known = known_refusal(op, decay)
     if known:  # fla would refuse only in the backward pass, after minutes of compiling
         return False, known

@@ -11,6 +11,11 @@ Embeddings are tied to the output head when the model says `tie = true`.
 
 `LanguageModel.forward(tokens, state)` returns (logits, state): pass the state back to continue
 token by token (`generate`). Decoding step by step equals the full forward (tested).
+
+Running past the model's `context` (docs/lowering.md, "Context"): mixers whose parameters are
+per position (`random_keys`, `positional`) have none beyond it and refuse with a LoweringError;
+every other mixer (RoPE, ALiBi, no position, the recurrent family) runs on, as evaluation at longer
+contexts than the training one needs.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdsl.ir import nodes
+from seqdsl.ir.presets import model_at
 from seqdsl.lower.mixer import LoweringError, MixerModule, MixerState
 
 
@@ -116,10 +122,27 @@ class LanguageModel(nn.Module):
             total -= self.embed.weight.numel()
         return total
 
+    def positions_limit(self) -> int | None:
+        """How many positions the model can run (its context) when a mixer has per-position
+        parameters, else None (no limit)."""
+        bounded = any(b.mixer.per_position for b in self.blocks)
+        return self.spec.context if bounded else None
+
     def forward(self, tokens: Tensor, state: list[BlockState] | None = None) -> tuple[Tensor, list[BlockState]]:
         if tokens.dim() != 2:
             raise LoweringError(f"tokens must be (batch, time), got shape {tuple(tokens.shape)}")
+        if tokens.device.type == "cpu":  # on an accelerator the check would cost a sync every step
+            self.check_tokens(tokens)
         state = state or [BlockState() for _ in self.blocks]
+        limit = self.positions_limit()
+        end = state[0].mixer.pos + tokens.shape[1]
+        if limit is not None and end > limit:
+            names = sorted({b.mixer.spec.name for b in self.blocks if b.mixer.per_position})
+            raise LoweringError(
+                f"model {self.spec.name} has per-position parameters for its {limit}-token context "
+                f"(mixer {', '.join(names)}); position {end} is past it",
+                hint="feed at most `context` tokens; RoPE, ALiBi, no-position and recurrent mixers "
+                     "may run past the context (docs/lowering.md, Context)")
         x = self.embed(tokens)
         new_state = []
         for block, s in zip(self.blocks, state):
@@ -131,11 +154,38 @@ class LanguageModel(nn.Module):
         logits, _ = self(tokens)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
+    def check_tokens(self, tokens: Tensor) -> None:
+        """LoweringError unless `tokens` are integer ids inside the vocabulary."""
+        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool or tokens.is_complex():
+            raise LoweringError(f"tokens must be integer ids, got {tokens.dtype}")
+        if tokens.numel():
+            low, high = int(tokens.min()), int(tokens.max())
+            if low < 0 or high >= self.spec.vocab:
+                bad = low if low < 0 else high
+                raise LoweringError(f"token id {bad} is outside the vocabulary of model {self.spec.name} "
+                                    f"(ids 0 to {self.spec.vocab - 1})")
+
     @torch.no_grad()
     def generate(self, prompt: Tensor, steps: int, *, temperature: float = 0.0,
                  generator: torch.Generator | None = None) -> Tensor:
         """Continue `prompt` (B, T) by `steps` tokens, one forward per token on the carried
-        state (greedy when temperature = 0)."""
+        state: greedy when temperature = 0, else sampled from softmax(logits / temperature).
+        LoweringError for an empty prompt, ids outside the vocabulary, a negative temperature or
+        step count, and (for mixers with per-position parameters) a total length past the
+        model's context."""
+        if prompt.dim() != 2 or prompt.shape[1] == 0:
+            raise LoweringError(f"generate needs a (batch, time) prompt of at least one token, got shape "
+                                f"{tuple(prompt.shape)}", hint="start from a token, e.g. a newline")
+        if not math.isfinite(temperature) or temperature < 0:
+            raise LoweringError(f"generate's temperature must be 0 (greedy) or positive, got {temperature}")
+        if steps < 0:
+            raise LoweringError(f"generate's steps must be 0 or more, got {steps}")
+        self.check_tokens(prompt)
+        limit = self.positions_limit()
+        if limit is not None and prompt.shape[1] + steps > limit:
+            raise LoweringError(f"model {self.spec.name} can hold {limit} tokens (per-position "
+                                f"parameters); the prompt of {prompt.shape[1]} plus {steps} steps is "
+                                f"{prompt.shape[1] + steps}", hint="generate fewer steps or shorten the prompt")
         logits, state = self(prompt)
         out = [prompt]
         for _ in range(steps):
@@ -165,34 +215,9 @@ def _init(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-def with_preset(model: nodes.Model, preset: str) -> nodes.Model:
-    """The model at a preset's size (tiny/110m/1.3b), keeping its mixers, MLP and block."""
-    if preset not in nodes.PRESET_SIZES:
-        raise LoweringError(f"unknown preset {preset!r}; presets are {', '.join(nodes.PRESETS)}")
-    return model.model_copy(update=nodes.PRESET_SIZES[preset])
-
-
 def build_lm(program: nodes.Program, model: str | None = None, *, preset: str | None = None) -> LanguageModel:
     """The LM of `model` (default: the file's last declared model, or a `tiny` model around its
-    last declared mixer when it declares none)."""
-    spec = pick_model(program, model)
-    if preset is not None:
-        spec = with_preset(spec, preset)
-    return LanguageModel(program, spec)
-
-
-def pick_model(program: nodes.Program, name: str | None = None) -> nodes.Model:
-    if name is not None:
-        try:
-            return program.model(name)
-        except KeyError:
-            names = ", ".join(m.name for m in program.models) or "none"
-            raise LoweringError(f"no model `{name}` in this spec (models: {names})") from None
-    own_models = [m for m in program.models if m.name in program.own]
-    if own_models:
-        return own_models[-1]
-    own_mixers = [m for m in program.mixers if m.name in program.own] or list(program.mixers)
-    if not own_mixers:
-        raise LoweringError("the spec declares no mixer and no model")
-    mixer = own_mixers[-1].name
-    return nodes.Model(name=f"{mixer}_tiny", mixer=(mixer,), **nodes.PRESET_SIZES["tiny"])
+    last declared mixer when it declares none), resized to `preset` when one is given
+    (`seqdsl.ir.presets`: heads scale with the width, a hybrid keeps its layer pattern)."""
+    resized = model_at(program, model, preset)
+    return LanguageModel(resized.program, resized.model)

@@ -3,6 +3,7 @@
 Shape legend
     B batch   T new tokens   L tokens so far (cache + new)   D d_model
     H heads   Dk key dim (state rows)   Dv head dim (value width)   F feature dim of phi
+    G query/key groups (qk_groups)   K key/value groups (kv_groups, grouped-query attention)
 
 `MixerModule.forward(x, state)` runs the spec in four stages, numbered as in the code:
 
@@ -24,7 +25,7 @@ write. Parameter shapes follow the spec, so specs that differ in one slot differ
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
@@ -33,11 +34,12 @@ from torch import Tensor, nn
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.key import kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
-from seqdsl.lower.paths import PathChooser
+from seqdsl.lower.paths import AttentionInputs, PathChooser, RecurrentInputs
 from seqdsl.reference.attention import alibi_slopes, rope
-from seqdsl.reference.features import feature_dim, feature_map
+from seqdsl.reference.features import feature_map
 
 
 class LoweringError(SeqError):
@@ -48,7 +50,8 @@ class LoweringError(SeqError):
 class MixerState:
     """What a mixer carries from one call to the next while decoding.
 
-    Softmax family: the key/value cache (k, v: B L H D) after rope. Recurrent family: the state
+    Softmax family: the key/value cache (k, v: B L K D, K = kv_groups: shared heads are stored
+    once) after rope. Recurrent family: the state
     S (B H Dk Dv). Both: the last inputs the short convolution and token shift need, and the
     number of tokens seen (rope and random keys are position-dependent)."""
 
@@ -59,21 +62,6 @@ class MixerState:
     log_decay_cum: Tensor | None = None  # (B, H, L) decayed softmax: cumulative log decay
     conv: Tensor | None = None  # (B, size-1, C) last pre-conv inputs
     shift: Tensor | None = None  # (B, D) last token for token shift
-
-
-@dataclass
-class Mixed:
-    """The per-head tensors stage (3) consumes, with everything a path needs to know."""
-
-    q: Tensor  # (B, T, H, F)
-    k: Tensor  # (B, T, H, F)  (B, L, H, F) for the softmax family: cache included
-    v: Tensor  # (B, T, H, Dv)
-    log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, Dk)
-    beta: Tensor | None = None  # (B, T, H)
-    a: Tensor | None = None  # rwkv7 in-context rate (B, T, H, Dk)
-    kappa: Tensor | None = None  # rwkv7 removal key (B, T, H, Dk)
-    bias: Tensor | None = None  # additive score bias, (H, L, L) or (B, H, L, L)
-    extra: dict = field(default_factory=dict)
 
 
 class MixerModule(nn.Module):
@@ -90,12 +78,16 @@ class MixerModule(nn.Module):
             layout = head_layout(mixer, d_model)
         except LayoutError as err:
             raise LoweringError(str(err), hint=err.fix) from None
-        # G query/key projections, each shared by H / G heads (Mamba's ngroups)
+        # G query/key projections, each shared by H / G heads (Mamba's ngroups); or K key/value
+        # projections, each shared by H / K heads (grouped-query attention)
         self.H, self.Dk, self.Dv, self.G = H, Dk, Dv, G = (
             layout.heads, layout.key_dim, layout.head_dim, layout.qk_groups)
+        self.Gk, self.K = Gk, K = layout.key_groups, layout.kv_groups
+        # what stage (3) is specialised on, computed once from the IR: paths plan from this
+        self.key = kernel_key(mixer, d_model, layout)
         rel = mixer.relation
-        self.feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
-        self.F = feature_dim(self.feature, Dk)
+        self.feature = self.key.feature
+        self.F = self.key.feature_dim
 
         # (1) inputs
         if isinstance(mixer.conv, nodes.TokenShift):
@@ -105,10 +97,10 @@ class MixerModule(nn.Module):
         if self.uses_q:
             self.q_proj = nn.Linear(d_model, G * Dk, bias=False)
         if self.uses_k:
-            self.k_proj = nn.Linear(d_model, G * Dk, bias=False)
-        self.v_proj = nn.Linear(d_model, H * Dv, bias=False)
+            self.k_proj = nn.Linear(d_model, Gk * Dk, bias=False)
+        self.v_proj = nn.Linear(d_model, K * Dv, bias=False)
         if isinstance(mixer.conv, nodes.CausalConv):
-            channels = G * Dk * (self.uses_q + self.uses_k) + H * Dv
+            channels = G * Dk * self.uses_q + Gk * Dk * self.uses_k + K * Dv
             self.conv_weight = nn.Parameter(torch.randn(channels, mixer.conv.size) / mixer.conv.size)
 
         # (2) relation
@@ -124,6 +116,12 @@ class MixerModule(nn.Module):
             self.k_norm = nn.RMSNorm(Dk, elementwise_affine=True)
         if isinstance(mixer.position, nodes.Alibi):
             self.register_buffer("alibi", alibi_slopes(H), persistent=False)
+        # learned scale / temperature: one per head, stored as a log so it stays positive
+        if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
+            self.log_scale = nn.Parameter(torch.full((H,), math.log(rel.scale.init)))
+        temperature = getattr(mixer.weights, "temperature", None)
+        if isinstance(temperature, nodes.Learned):
+            self.log_temperature = nn.Parameter(torch.full((H,), math.log(temperature.init)))
 
         # (3) mixing parameters of the recurrent family
         decay = mixer.decay
@@ -154,7 +152,7 @@ class MixerModule(nn.Module):
         if not isinstance(mixer.gate, nodes.NoGate):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
-        self.paths = PathChooser(self)
+        self.paths = PathChooser(self.key, mixer.name)
 
     # --- (1) inputs --------------------------------------------------------------------------------
 
@@ -185,7 +183,7 @@ class MixerModule(nn.Module):
         B, T, _ = x.shape
         H, Dk, Dv = self.H, self.Dk, self.Dv
         pos = state.pos
-        if pos + T > self.context and (hasattr(self, "random_keys") or hasattr(self, "distance_bias")):
+        if pos + T > self.context and self.per_position:
             raise LoweringError(f"mixer `{self.spec.name}` has per-position parameters for "
                                 f"{self.context} tokens; got position {pos + T}")
 
@@ -200,12 +198,12 @@ class MixerModule(nn.Module):
         widths = [p.shape[-1] for p in parts]
         fused, conv_state = self._conv(torch.cat(parts, dim=-1), state)
         parts = list(fused.split(widths, dim=-1))
-        v = parts.pop().view(B, T, H, Dv)
-        q = self._heads(parts.pop(0)) if self.uses_q else x.new_zeros(B, T, H, Dk)
+        v = parts.pop().view(B, T, self.K, Dv)
+        q = self._heads(parts.pop(0), self.G) if self.uses_q else x.new_zeros(B, T, H, Dk)
 
         # (2) relation: where the keys come from, then norm, position and feature map
         if self.uses_k:
-            k = self._heads(parts.pop(0))
+            k = parts.pop(0).view(B, T, self.Gk, Dk)
         elif hasattr(self, "random_keys"):
             k = self.random_keys[pos:pos + T].to(x.dtype).expand(B, T, H, Dk)
         elif hasattr(self, "const_key"):
@@ -221,15 +219,16 @@ class MixerModule(nn.Module):
 
         # (3) mixing, through the chosen path
         if self.spec.is_recurrent:
-            mixed = self._recurrent_inputs(x, q, k, v)
+            mixed = self._recurrent_inputs(x, q, self._shared(k), self._shared(v))
             o, S = self.paths.recurrent(mixed, state.S)
             new_state = replace(state, S=S)
         else:
             k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
             v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
             bias, cum = self._score_bias(x, state, k_all.shape[1])
-            mixed = Mixed(q=q, k=k_all, v=v_all, bias=bias)
-            o = self.paths.softmax(mixed, pos)
+            o = self.paths.attention(AttentionInputs(
+                q=self._learned_q(q), k=self._shared(k_all), v=self._shared(v_all), pos=pos, bias=bias,
+                alibi=getattr(self, "alibi", None)))
             new_state = replace(state, k=k_all, v=v_all, log_decay_cum=cum)
 
         # (4) output: norm, gate, projection
@@ -237,15 +236,41 @@ class MixerModule(nn.Module):
         new_state = replace(new_state, pos=pos + T, conv=conv_state, shift=shift)
         return o, new_state
 
-    def _heads(self, u: Tensor) -> Tensor:
-        """(B, T, G*Dk) -> (B, T, H, Dk): each group's projection serves H/G consecutive heads."""
+    @property
+    def per_position(self) -> bool:
+        """True when the mixer has parameters per position (random keys, a distance table), so
+        it cannot run past its context."""
+        return hasattr(self, "random_keys") or hasattr(self, "distance_bias")
+
+    def _heads(self, u: Tensor, groups: int) -> Tensor:
+        """(B, T, groups*Dk) -> (B, T, H, Dk): each group's projection serves H/groups
+        consecutive heads."""
         B, T, _ = u.shape
-        u = u.view(B, T, self.G, self.Dk)
-        return u if self.G == self.H else u.repeat_interleave(self.H // self.G, dim=2)
+        return self._shared(u.view(B, T, groups, self.Dk))
+
+    def _shared(self, u: Tensor) -> Tensor:
+        """(B, T, groups, D) -> (B, T, H, D): a shared head serves H/groups consecutive heads."""
+        groups = u.shape[2]
+        return u if groups == self.H else u.repeat_interleave(self.H // groups, dim=2)
+
+    def _learned_q(self, q: Tensor) -> Tensor:
+        """q times the learned per-head scale / temperature (when the spec has them): the scores
+        q.k scale_h / T_h, with the path's own scale and temperature at their fixed values
+        (the kernel key's `scale` and `temperature` are 1 for a learned one)."""
+        factor = None
+        if hasattr(self, "log_scale"):
+            factor = self.log_scale
+        if hasattr(self, "log_temperature"):
+            factor = -self.log_temperature if factor is None else factor - self.log_temperature
+        if factor is None:
+            return q
+        return q * factor.exp().to(q.dtype)[:, None]  # (H, 1) over (B, T, H, F)
 
     def _features(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         rel = self.spec.relation
         scale = rel.scale if isinstance(rel, nodes.Dot) else "auto"
+        if isinstance(scale, nodes.Learned):
+            scale = 1.0  # multiplies phi(q) . phi(k) after the feature map: `_learned_q`
         if self.feature == "identity":
             return q, k  # the path applies scale (auto: 1/sqrt(Dk)) to the scores
         if self.feature == "taylor" and scale == "auto":
@@ -254,15 +279,6 @@ class MixerModule(nn.Module):
         elif scale != "auto":
             q = q * scale
         return feature_map(q, self.feature), feature_map(k, self.feature)
-
-    def score_scale(self) -> float:
-        """The factor on q.k the path applies (1 when the feature map took care of it)."""
-        rel = self.spec.relation
-        if self.feature != "identity":
-            return 1.0
-        if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-            return float(rel.scale)
-        return 1.0 / math.sqrt(self.Dk)
 
     def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
         """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,
@@ -298,7 +314,7 @@ class MixerModule(nn.Module):
             return F.logsigmoid(self.decay_up(self.decay_down(x))).view(B, T, self.H, self.Dk) / 16.0
         return None
 
-    def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> Mixed:
+    def _recurrent_inputs(self, x: Tensor, q: Tensor, k: Tensor, v: Tensor) -> RecurrentInputs:
         B, T, _ = x.shape
         log_decay = self._log_decay(x)
         if hasattr(self, "alibi"):
@@ -315,15 +331,15 @@ class MixerModule(nn.Module):
             # delta rules need unit-norm keys so that (I - beta k k^T) is a contraction; q is
             # normalised too (DeltaNet's choice), and scaled after, so the scale survives
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-        q = q * self.score_scale()
-        mixed = Mixed(q=q, k=k, v=v, log_decay=log_decay)
+        q = self._learned_q(q * self.key.scale)
+        mixed = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay)
         if isinstance(update, nodes.Delta):
             mixed.beta = torch.sigmoid(self.beta_proj(x))
         elif isinstance(update, nodes.Rwkv7):
             mixed.a = torch.sigmoid(self.a_proj(x)).view(B, T, self.H, self.Dk)
             mixed.kappa = F.normalize(k, dim=-1)
         elif hasattr(self, "bonus"):
-            mixed.extra["bonus"] = self.bonus
+            mixed.bonus = self.bonus
         if isinstance(self.spec.weights, nodes.NormalizedLinear):
             # carry the normaliser z_t = sum_j decay * phi(k_j) as an extra value column of ones
             mixed.v = torch.cat([v, v.new_ones(B, T, self.H, 1)], dim=-1)

@@ -2,19 +2,26 @@
 
 Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim.
 
-A `PathChooser` belongs to one `MixerModule`. On the first call on a device it picks a path,
-records why, and logs it once (logger "seqdsl"); `describe()` lists the choices made so far
-and `plan(device)` the one it would make, which is what `seqdsl lower` prints. Fallbacks are never silent: a fast kernel that fails its self-check on
-this machine (e.g. fla's gated backward kernels on Hopper with Triton < 3.7.1) is reported with
-the error, and the reference runs instead.
+A `PathChooser` is built from the mixer's `KernelKey` (seqdsl/ir/key.py), which says everything
+the computation is specialised on; nothing here reads the spec or the owning module. A path is
+planned once per (device, dtype): the static support table of each backend
+(seqdsl/ir/support.py) says what could run, then what only the machine can say is checked once
+(is the package importable, does the kernel pass its self-check against the reference here).
+Each choice is logged once (logger "seqdsl"); `describe()` lists the choices made so far and
+`plan(device)` the one it would make, which `seqdsl lower` prints. Fallbacks are never silent:
+a fast kernel that fails its self-check on this machine is reported with the error (a warning),
+and the reference runs instead.
 
 Paths:
     softmax family
-        sdpa        torch.nn.functional.scaled_dot_product_attention; `is_causal` without a mask
-                    when nothing else is needed (flash/cuDNN-eligible on GPU), else an explicit
-                    boolean or additive mask (windows, chunk-local, ALiBi, decay, positional)
-        reference   seqdsl.reference.attention / top1 (top-k selection always, until the
-                    generated Triton kernels for the Top-1 family land)
+        sdpa.causal torch.nn.functional.scaled_dot_product_attention with `is_causal` and no mask
+                    (flash/cuDNN-eligible on GPU)
+        sdpa.mask   the same with an explicit boolean or additive mask (windows, chunk-local,
+                    ALiBi, decay, positional)
+        reference   seqdsl.reference.attention
+    select family (top-k)
+        triton.*    the generated Top-1 kernels (seqdsl.kernels), CUDA only, after a self-check
+        reference   seqdsl.reference.top1
     recurrent family
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
@@ -29,14 +36,16 @@ from __future__ import annotations
 import logging
 import os
 import warnings
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.errors import SeqError
-from seqdsl.ir import nodes
+from seqdsl.ir import support
+from seqdsl.ir.key import KernelKey
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import top1 as top1_ref
@@ -44,57 +53,40 @@ from seqdsl.reference import top1 as top1_ref
 log = logging.getLogger("seqdsl")
 
 
-class PathChooser:
-    def __init__(self, module):
-        self.module = module  # not an nn.Module itself, so this registers nothing
-        self.force: str | None = _forced_from_env()
-        self.chosen: dict[str, tuple[str, str]] = {}
+# --- what stage (3) receives -------------------------------------------------------------------------
 
-    def describe(self) -> dict[str, tuple[str, str]]:
-        """{device type: (path, reason)} for every device this mixer has run on."""
-        return dict(self.chosen)
 
-    def plan(self, device: torch.device | str) -> tuple[str, str]:
-        """The path this mixer would take on `device`, without running it."""
-        device = torch.device(device)
-        if self.module.spec.is_recurrent:
-            return _plan_recurrent(self.module, device, self.force)
-        return _plan_softmax(self.module, device, self.force)
+@dataclass
+class AttentionInputs:
+    """Softmax and select families. Queries sit at positions pos..pos+T-1; keys at 0..L-1
+    (the cache included)."""
 
-    def _record(self, device: torch.device, choice: tuple[str, str]) -> None:
-        if self.chosen.get(device.type) != choice:
-            self.chosen[device.type] = choice
-            log.info("mixer %s on %s: %s (%s)", self.module.spec.name, device.type, *choice)
+    q: Tensor  # (B, T, H, Dk) after rope / qk-norm
+    k: Tensor  # (B, L, H, Dk)
+    v: Tensor  # (B, L, H, Dv)
+    pos: int = 0
+    bias: Tensor | None = None  # additive score bias over all L positions, (H or B,H, L, L)
+    alibi: Tensor | None = None  # (H,) ALiBi slopes
 
-    # --- softmax family ------------------------------------------------------------------------------
 
-    def softmax(self, m, pos: int) -> Tensor:
-        path, why = self.plan(m.q.device)
-        self._record(m.q.device, (path, why))
-        if path == "sdpa":
-            return _sdpa(self.module, m, pos)
-        return _softmax_reference(self.module, m, pos)
+@dataclass
+class RecurrentInputs:
+    """Recurrent family, already in the reference's conventions (q scaled, keys normalised for
+    delta rules, a normaliser column appended to v for normalized_linear weights)."""
 
-    # --- recurrent family ----------------------------------------------------------------------------
+    q: Tensor  # (B, T, H, F)
+    k: Tensor  # (B, T, H, F)
+    v: Tensor  # (B, T, H, value_cols)
+    log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, F), as key.decay_shape says
+    beta: Tensor | None = None  # (B, T, H) delta rules
+    bonus: Tensor | None = None  # (H, F) RWKV-6's bonus u
+    a: Tensor | None = None  # (B, T, H, F) RWKV-7's in-context rate
+    kappa: Tensor | None = None  # (B, T, H, F) RWKV-7's removal key
 
-    def recurrent(self, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
-        device = m.q.device
-        path, why = self.plan(device)
-        if path.startswith("fla."):
-            from seqdsl.lower import fla_paths
 
-            ok, detail = fla_paths.self_check(path, fla_paths.compute_dtype(m), device, m.q.shape[-1],
-                                              m.v.shape[-1], decay=fla_paths.decay_kind(m.log_decay))
-            if ok:
-                self._record(device, (path, why))
-                return fla_paths.run(path, m, S)
-            fallback = ("reference.chunked", f"{path} failed its self-check here ({detail})")
-            if self.chosen.get(device.type) != fallback:
-                warnings.warn(f"seqdsl: mixer {self.module.spec.name}: {fallback[1]}; "
-                              "running the reference instead", stacklevel=2)
-            path, why = fallback
-        self._record(device, (path, why))
-        return _recurrent_reference(self.module, m, S, path == "reference.recurrent")
+class Plan(NamedTuple):
+    path: str
+    reason: str
 
 
 FORCEABLE = ("reference", "reference.recurrent", "reference.chunked")
@@ -108,6 +100,99 @@ def _forced_from_env() -> str | None:
     return value
 
 
+class PathChooser:
+    def __init__(self, key: KernelKey, name: str):
+        self.key = key
+        self.name = name  # the mixer's name, for messages
+        self.force: str | None = _forced_from_env()
+        self.chosen: dict[str, Plan] = {}
+        self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
+
+    def describe(self) -> dict[str, Plan]:
+        """{device type: (path, reason)} for every device this mixer has run on."""
+        return dict(self.chosen)
+
+    def reset(self) -> None:
+        self.chosen.clear()
+        self._plans.clear()
+
+    def plan(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Plan:
+        """The path this mixer takes on `device` for inputs of `dtype`. With `dtype = None`
+        (`seqdsl lower`), only the static facts are consulted: no self-check is run."""
+        device = torch.device(device)
+        cache_key = (str(device), dtype)
+        if cache_key not in self._plans:
+            self._plans[cache_key] = self._make_plan(device, dtype)
+        return self._plans[cache_key]
+
+    def _make_plan(self, device: torch.device, dtype: torch.dtype | None) -> Plan:
+        key = self.key
+        if self.force is not None:
+            if key.family == "recurrent" and self.force != "reference":
+                return Plan(self.force, "forced")
+            return Plan("reference.chunked" if key.family == "recurrent" else "reference", "forced")
+        reference = "reference.chunked" if key.family == "recurrent" else "reference"
+        if key.family == "softmax":
+            op = support.sdpa(key).op
+            how = "is_causal (flash/cuDNN eligible)" if op == "sdpa.causal" and device.type == "cuda" \
+                else "is_causal" if op == "sdpa.causal" else "explicit mask"
+            return Plan(op, f"softmax attention, {how}")
+        table = support.triton if key.family == "select" else support.fla
+        verdict = table(key)
+        if not verdict.ok:
+            return Plan(reference, verdict.reason)
+        if device.type != "cuda":
+            return Plan(reference, f"{verdict.op} runs on CUDA only")
+        runtime = _triton_runtime if key.family == "select" else _fla_runtime
+        known = runtime.known_refusal(key, verdict.op)
+        if known:
+            return Plan(reference, known)
+        if dtype is None:  # planning for display: the self-check runs at the first real call
+            return Plan(verdict.op, f"{runtime.what}, after a self-check against the reference")
+        from seqdsl.lower import verdicts
+
+        facts = {"op": verdict.op, "dtype": dtype, "specialised_on": runtime.facts(key)}
+        ok, detail = verdicts.cached(facts, device, lambda: runtime.self_check(key, verdict.op, dtype, device))
+        if ok:
+            return Plan(verdict.op, f"{runtime.what}, self-checked against the reference")
+        why = f"{verdict.op} failed its self-check here ({detail})"
+        warnings.warn(f"seqdsl: mixer {self.name}: {why}; running the reference instead", stacklevel=4)
+        return Plan(reference, why)
+
+    def _record(self, device: torch.device, choice: Plan) -> None:
+        if self.chosen.get(device.type) != choice:
+            self.chosen[device.type] = choice
+            log.info("mixer %s on %s: %s (%s)", self.name, device.type, *choice)
+
+    def _plan_call(self, q: Tensor) -> Plan:
+        choice = self.plan(q.device, q.dtype)
+        self._record(q.device, choice)
+        return choice
+
+    # --- softmax and select families ---------------------------------------------------------------
+
+    def attention(self, m: AttentionInputs) -> Tensor:
+        path = self._plan_call(m.q).path
+        if path.startswith("sdpa."):
+            return _sdpa(self.key, m)
+        if path.startswith("triton.") and m.pos == 0 and m.q.shape[1] == m.k.shape[1]:
+            from seqdsl.kernels import top1 as top1_kernels
+
+            return top1_kernels.run(self.key, m.q, m.k, m.v)
+        # decoding steps (a few queries against the cache) run on the reference
+        return _attention_reference(self.key, m)
+
+    # --- recurrent family --------------------------------------------------------------------------
+
+    def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        path = self._plan_call(m.q).path
+        if path.startswith("fla."):
+            from seqdsl.lower import fla_paths
+
+            return fla_paths.run(path, m, S)
+        return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
+
+
 def set_path(model: torch.nn.Module, path: str | None) -> None:
     """Force every mixer in `model` onto `path` (one of FORCEABLE, or None for automatic)."""
     if path is not None and path not in FORCEABLE:
@@ -116,78 +201,89 @@ def set_path(model: torch.nn.Module, path: str | None) -> None:
         chooser = getattr(sub, "paths", None)
         if isinstance(chooser, PathChooser):
             chooser.force = path
-            chooser.chosen.clear()
+            chooser.reset()
 
 
-# --- planning ----------------------------------------------------------------------------------------
+# --- the runtime halves of the fast backends ---------------------------------------------------------
 
 
-def _plan_softmax(module, device: torch.device, force: str | None) -> tuple[str, str]:
-    spec = module.spec
-    if isinstance(spec.select, nodes.Top):
-        what = "element" if isinstance(spec.select.over, nodes.Element) else "chunk"
-        return "reference", f"top-{spec.select.k} {what} selection: reference (no fused kernel yet)"
-    if force is not None and force.startswith("reference"):
-        return "reference", "forced"
-    needs_mask = (not isinstance(spec.visibility, nodes.Full) or isinstance(spec.position, nodes.Alibi)
-                  or not isinstance(spec.decay, nodes.NoDecay) or isinstance(spec.relation, nodes.Positional))
-    how = "explicit mask" if needs_mask else "is_causal (flash/cuDNN eligible)" if device.type == "cuda" \
-        else "is_causal"
-    return "sdpa", f"softmax attention, {how}"
+class _FlaRuntime:
+    what = "flash-linear-attention chunked kernel"
 
+    @staticmethod
+    def facts(key: KernelKey) -> str:
+        """What an fla op's self-check depends on: the widths and the decay's shape."""
+        return f"K={key.feature_dim} V={key.value_cols} decay={key.decay_shape}"
 
-def _plan_recurrent(module, device: torch.device, force: str | None) -> tuple[str, str]:
-    spec = module.spec
-    if force in ("reference.recurrent", "reference.chunked"):
-        return force, "forced"
-    if force != "reference" and device.type == "cuda":
+    @staticmethod
+    def known_refusal(key: KernelKey, op: str) -> str:
         from seqdsl.lower import fla_paths
 
-        values = module.Dv + isinstance(spec.weights, nodes.NormalizedLinear)  # + normaliser column
-        op, why_not = fla_paths.op_for(spec, module.F, values)
-        known = fla_paths.known_refusal(op, fla_paths.spec_decay_kind(spec)) if op else ""
-        if op is not None and not known:
-            return op, "flash-linear-attention chunked kernel"
-        reason = known or why_not
-    elif force == "reference":
-        reason = "forced"
-    else:
-        reason = f"no fast kernel on {device.type}"
-    return "reference.chunked", reason
+        if not fla_paths.importable():
+            return "flash-linear-attention is not importable here"
+        return fla_paths.known_refusal(op, key.decay_shape)
+
+    @staticmethod
+    def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        from seqdsl.lower import fla_paths
+
+        return fla_paths.self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
+
+
+class _TritonRuntime:
+    what = "generated Triton kernel"
+
+    @staticmethod
+    def facts(key: KernelKey) -> str:
+        return repr(key)  # generated from the whole key
+
+    @staticmethod
+    def known_refusal(key: KernelKey, op: str) -> str:
+        try:
+            from seqdsl.kernels import top1  # noqa: F401
+        except ImportError as err:
+            return f"the generated kernels are not importable here ({err})"
+        return ""
+
+    @staticmethod
+    def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        from seqdsl.kernels import top1
+
+        return top1.self_check(key, dtype, device)
+
+
+_fla_runtime = _FlaRuntime()
+_triton_runtime = _TritonRuntime()
 
 
 # --- softmax implementations -------------------------------------------------------------------------
 
 
-def _sdpa(module, m, pos: int) -> Tensor:
-    spec = module.spec
+def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     B, T, H, _ = m.q.shape
     L = m.k.shape[1]
-    temperature = spec.weights.temperature
-    scale = module.score_scale() / temperature
+    scale = key.scale / key.temperature
     q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
-    plain = (pos == 0 and T == L and m.bias is None and isinstance(spec.visibility, nodes.Full)
-             and not hasattr(module, "alibi"))
-    if plain:
+    plain = (m.pos == 0 and T == L and m.bias is None and key.visibility == "full" and m.alibi is None)
+    if plain and scale != 0.0:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
         return out.transpose(1, 2)
-    vis = spec.visibility
     visible = attn_ref.visibility_mask(
-        T, window=vis.size if isinstance(vis, nodes.Window) else None,
-        chunk_local=vis.size if isinstance(vis, nodes.ChunkLocal) else None,
-        device=q.device, offset=pos, keys=L)
+        T, window=key.window if key.visibility == "window" else None,
+        chunk_local=key.window if key.visibility == "chunk_local" else None,
+        device=q.device, offset=m.pos, keys=L)
     bias = None
-    if hasattr(module, "alibi"):
-        bias = attn_ref.alibi_bias(module.alibi.float(), T, offset=pos, keys=L)
+    if m.alibi is not None:
+        bias = attn_ref.alibi_bias(m.alibi.float(), T, offset=m.pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., pos:pos + T, :].float()
+        rows = m.bias[..., m.pos:m.pos + T, :].float()
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
     else:
         # SDPA adds the mask to the *scaled* scores; the bias is defined on the unscaled-by-
         # temperature scores like the reference, so divide it by the temperature here.
-        mask = (bias / temperature).masked_fill(~visible, float("-inf")).to(q.dtype)
+        mask = (bias / key.temperature).masked_fill(~visible, float("-inf")).to(q.dtype)
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
     return out.transpose(1, 2)
 
@@ -197,16 +293,16 @@ def _in_float32(fn):
     oracle's numerics must not depend on bf16 autocast (and torch has no bf16 kernels for some
     of its steps, e.g. triangular solves on CPU). Outputs come back in the input dtype."""
 
-    def wrapped(module, m, *args):
+    def up(t):
+        return t.float() if isinstance(t, Tensor) and t.dtype in (torch.bfloat16, torch.float16) else t
+
+    def wrapped(key, m, *args):
         dtype = m.q.dtype
         if dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(m.q.device.type):
-            return fn(module, m, *args)
-        up = lambda t: t.float() if isinstance(t, Tensor) and t.dtype in (torch.bfloat16, torch.float16) else t
-        m32 = replace(m, **{f.name: up(getattr(m, f.name)) for f in fields(m) if f.name != "extra"},
-                      extra={k: up(v) for k, v in m.extra.items()})
-        args = tuple(up(a) for a in args)
+            return fn(key, m, *args)
+        m32 = replace(m, **{f.name: up(getattr(m, f.name)) for f in fields(m)})
         with torch.autocast(m.q.device.type, enabled=False):
-            out = fn(module, m32, *args)
+            out = fn(key, m32, *(up(a) for a in args))
         if isinstance(out, tuple):  # (o, state): the state stays float32 between calls
             return (out[0].to(dtype),) + out[1:]
         return out.to(dtype)
@@ -215,52 +311,41 @@ def _in_float32(fn):
 
 
 @_in_float32
-def _softmax_reference(module, m, pos: int) -> Tensor:
+def _attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     """The oracle. Queries are padded with zero rows for the cached positions so the reference
     (which scores a square T x T problem) sees every key at its true position; only the last T
     rows are kept. O(L^2) per decoding step: fine for an oracle."""
-    spec = module.spec
     B, T, H, F_ = m.q.shape
     L = m.k.shape[1]
-    q = m.q if pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
-    scale = module.score_scale()
-    temperature = spec.weights.temperature
-    window = spec.visibility.size if isinstance(spec.visibility, nodes.Window) else None
-    alibi = getattr(module, "alibi", None)
-    sel = spec.select
-    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Element):
-        out = top1_ref.topk_element_ref(q, m.k, m.v, scale=scale, k_top=sel.k, temperature=temperature,
-                                        grad=sel.grad, value_grad=sel.value_grad, window=window,
-                                        alibi_slopes=alibi)
-    elif isinstance(sel, nodes.Top):
-        out = top1_ref.topk_chunk_ref(q, m.k, m.v, chunk=sel.over.size, scale=scale, k_top=sel.k,
-                                      temperature=temperature, score=sel.score, local=sel.local,
+    q = m.q if m.pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
+    window = key.window if key.visibility == "window" else None
+    sel = key.select
+    if sel is not None and sel.over == "element":
+        out = top1_ref.topk_element_ref(q, m.k, m.v, scale=key.scale, k_top=sel.k,
+                                        temperature=key.temperature, grad=sel.grad,
+                                        value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi)
+    elif sel is not None:
+        out = top1_ref.topk_chunk_ref(q, m.k, m.v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+                                      temperature=key.temperature, score=sel.score, local=sel.local,
                                       grad=sel.grad)
     else:
-        chunk_local = spec.visibility.size if isinstance(spec.visibility, nodes.ChunkLocal) else None
-        out = attn_ref.attention_ref(q, m.k, m.v, scale=scale, temperature=temperature, window=window,
-                                     chunk_local=chunk_local, alibi_slopes=alibi, bias=m.bias)
+        chunk_local = key.window if key.visibility == "chunk_local" else None
+        out = attn_ref.attention_ref(q, m.k, m.v, scale=key.scale, temperature=key.temperature,
+                                     window=window, chunk_local=chunk_local, alibi_slopes=m.alibi,
+                                     bias=m.bias)
     return out[:, L - T:]
 
 
 # --- recurrent implementations -----------------------------------------------------------------------
 
+_REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delta", "rwkv7": "rwkv7"}
+
 
 @_in_float32
-def _recurrent_reference(module, m, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
-    kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_update_kind(m), bonus=m.extra.get("bonus"),
+def _recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
+    kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_REFERENCE_UPDATE[key.update], bonus=m.bonus,
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
     # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
-    vector = m.log_decay is not None and m.log_decay.dim() == 4
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if vector else 64, **kwargs)
-
-
-def _update_kind(m) -> str:
-    if m.a is not None:
-        return "rwkv7"
-    if m.beta is not None:
-        return "delta"
-    return "additive"
-
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if key.decay_shape == "vector" else 64, **kwargs)

@@ -8,6 +8,7 @@ mistakes (missing brace, missing `=`, misspelt keyword, unclosed parenthesis), s
 from __future__ import annotations
 
 import functools
+import re
 from importlib import resources
 from pathlib import Path
 
@@ -40,6 +41,7 @@ _TERMINAL_WORDS = {
     "$END": "end of file",
 }
 _TOP_KEYWORDS = ("mixer", "model", "import")
+BOM = "\ufeff"
 
 
 @functools.lru_cache(maxsize=1)
@@ -160,7 +162,11 @@ def _unquote(tok: Token) -> str:
 
 
 def parse_text(text: str, path: str = "<string>") -> ast.File:
-    """Parse spec text into a syntax tree; raise `SeqSyntaxError` on any malformed input."""
+    """Parse spec text into a syntax tree; raise `SeqSyntaxError` on any malformed input.
+
+    A leading UTF-8 byte-order mark (which some Windows editors write) is not part of the text:
+    it is dropped, so columns on the first line count from the first real character."""
+    text = text.removeprefix(BOM)
     lines = _Lines(text, path)
     _check_depth(text, lines)
     try:
@@ -209,12 +215,13 @@ def _expected_words(expected) -> list[str]:
     return words
 
 
-def _open_brace(text: str) -> tuple[int, int] | None:
-    """(line, column) of the innermost `{`/`(`/`[` still open at the end of the text."""
-    stack: list[tuple[str, int, int]] = []
+def _open_brackets(text: str) -> list[tuple[str, int, int, int]]:
+    """[(bracket, offset, line, column)] of the `{`/`(`/`[` still open at the end of `text`,
+    outermost first; brackets inside comments and strings do not count."""
+    stack: list[tuple[str, int, int, int]] = []
     line, col, in_comment, in_string = 1, 1, False, False
     pairs = {"}": "{", ")": "(", "]": "["}
-    for ch in text:
+    for offset, ch in enumerate(text):
         if in_comment:
             in_comment = ch != "\n"
         elif in_string:
@@ -224,14 +231,58 @@ def _open_brace(text: str) -> tuple[int, int] | None:
         elif ch == '"':
             in_string = True
         elif ch in "{([":
-            stack.append((ch, line, col))
+            stack.append((ch, offset, line, col))
         elif ch in pairs and stack and stack[-1][0] == pairs[ch]:
             stack.pop()
         if ch == "\n":
             line, col = line + 1, 1
         else:
             col += 1
-    return (stack[-1][1], stack[-1][2]) if stack else None
+    return stack
+
+
+# The header before a declaration's `{`: `mixer NAME` or `model NAME extends BASE`.
+_DECL_HEADER = re.compile(r"\b(mixer|model)\s+([A-Za-z_][A-Za-z0-9_]*)(\s+extends\s+[A-Za-z_][A-Za-z0-9_]*)?\s*$")
+# A top-level keyword just before the offending token, read by the parser as an assignment key.
+_KEYWORD_BEFORE = re.compile(r"(?:^|\s)(mixer|model|import)\s*$")
+
+
+def _unclosed(text: str, lines: _Lines, upto: int) -> tuple[Span, str, str, int] | None:
+    """The innermost bracket still open at offset `upto`: (its span, what it opens in words,
+    its closer, its offset); None when every bracket is closed there."""
+    stack = _open_brackets(text[:upto])
+    if not stack:
+        return None
+    ch, offset, line, col = stack[-1]
+    closer = {"{": "}", "(": ")", "[": "]"}[ch]
+    header = _DECL_HEADER.search(text[:offset]) if ch == "{" and len(stack) == 1 else None
+    what = f"{header.group(1)} `{header.group(2)}`" if header else f"this `{ch}`"
+    return lines.span(line, col, line, col + 1), what, closer, offset
+
+
+def _block_never_closed(token: Token, expected: set[str], text: str, lines: _Lines) -> SeqSyntaxError | None:
+    """A missing `}` shows up only at the next declaration, whose keyword the parser reads as
+    an assignment key (`model` in `model m {`) and then stops at its name, "expected `=`". Say
+    which block is unclosed and point at the `{` that opened it.
+
+    Only when that `{` is still open at the end of the file: `model m { mixer a }` is a missing
+    `=` (the block is closed), not a missing brace."""
+    if expected != {"EQUAL"} or token.start_pos is None:
+        return None
+    keyword = _KEYWORD_BEFORE.search(text[:token.start_pos])
+    if keyword is None:
+        return None
+    open_ = _unclosed(text, lines, keyword.start(1))
+    if open_ is None or open_[1].startswith("this"):
+        return None
+    span, what, closer, offset = open_
+    if offset not in {o for _, o, _, _ in _open_brackets(text)}:
+        return None
+    kw_line = text.count("\n", 0, keyword.start(1)) + 1
+    starts = "an import" if keyword.group(1) == "import" else "a new declaration"
+    return SeqSyntaxError(
+        f"{what} is never closed: this `{{` has no matching `{closer}`", span,
+        f"add `{closer}` before line {kw_line}, where `{keyword.group(1)}` starts {starts}: blocks do not nest")
 
 
 def _explain(err: lark.exceptions.UnexpectedInput, text: str, lines: _Lines) -> SeqSyntaxError:
@@ -262,14 +313,11 @@ def _explain(err: lark.exceptions.UnexpectedInput, text: str, lines: _Lines) -> 
     words = _expected_words(expected)
     at_end = token is None or token.type == "$END"
     if at_end:
-        opened = _open_brace(text)
+        opened = _unclosed(text, lines, len(text))
         if opened:
-            o_line, o_col = opened
-            open_span = lines.span(o_line, o_col, o_line, o_col + 1)
-            closer = {"{": "}", "(": ")", "[": "]"}[lines.lines[o_line - 1][o_col - 1]]
-            return SeqSyntaxError(
-                f"unexpected end of file: this `{lines.lines[o_line - 1][o_col - 1]}` is never closed",
-                open_span, f"add `{closer}` to close it")
+            open_span, what, closer, _ = opened
+            return SeqSyntaxError(f"unexpected end of file: {what} is never closed", open_span,
+                                  f"add `{closer}` to close it")
         return SeqSyntaxError(f"unexpected end of file; expected {', '.join(words)}", span)
 
     got = str(token)
@@ -277,6 +325,9 @@ def _explain(err: lark.exceptions.UnexpectedInput, text: str, lines: _Lines) -> 
     if token.type == "NAME" and expected <= {"MIXER", "MODEL", "IMPORT", "$END"} and expected:
         hint = did_you_mean(got, _TOP_KEYWORDS) or "a file holds `import`, `mixer` and `model` declarations"
         return SeqSyntaxError(f"expected a declaration, got `{got}`", tspan, hint)
+    unclosed = _block_never_closed(token, expected, text, lines)
+    if unclosed is not None:
+        return unclosed
     if expected == {"EQUAL"}:
         return SeqSyntaxError(f"expected `=` before `{got}`", tspan,
                               "assignments are written `key = value`")

@@ -12,12 +12,21 @@ from pathlib import Path
 
 import pydantic
 
-from seqdsl.errors import SeqFileError, SeqSemanticError, Span, did_you_mean
+from seqdsl.errors import Note, SeqFileError, SeqSemanticError, Span, did_you_mean
 from seqdsl.ir import nodes
 from seqdsl.parse import ast
 from seqdsl.parse.parser import parse_text
 from seqdsl.passes.sourcemap import SourceMap
 from seqdsl.passes.typing import Typer, pydantic_message
+
+
+@dataclass(frozen=True)
+class _Origin:
+    """Where a declaration came from: its name's span, and the chain of `import` statements
+    (outermost first) that brought it into the file being loaded (empty: declared there)."""
+
+    name: Span
+    via: tuple[ast.Import, ...]
 
 
 @dataclass(frozen=True)
@@ -57,7 +66,7 @@ def loads(text: str, path: str = "<string>", base_dir: Path | None = None, *,
     resolver = _Resolver(sources)
     # the file itself heads the import stack, so `a -> b -> a` is caught when b imports a
     stack = (_top,) if _top is not None else ()
-    module, decls = resolver.collect(text, path, base_dir or Path.cwd(), stack=stack)
+    module, decls = resolver.collect(text, path, base_dir or Path.cwd(), stack=stack, via=())
     program = resolver.resolve(decls, own=module)
     return Loaded(program, sources, module, path)
 
@@ -74,17 +83,19 @@ class _Resolver:
 
     # --- imports ---------------------------------------------------------------------------------
 
-    def collect(self, text: str, path: str, base_dir: Path, stack: tuple[Path, ...]):
-        """Type this file and its imports; return (this module, all declarations in load order)."""
+    def collect(self, text: str, path: str, base_dir: Path, stack: tuple[Path, ...],
+                via: tuple[ast.Import, ...]):
+        """Type this file and its imports; return (this module, all declarations in load order,
+        each with its `_Origin`)."""
         file = parse_text(text, path)
         module = Typer(self.sources).module(file)
-        decls: list[nodes.MixerDecl | nodes.ModelDecl] = []
+        decls: list[tuple[nodes.MixerDecl | nodes.ModelDecl, _Origin]] = []
         for imp in file.imports:
-            decls.extend(self.import_(imp, base_dir, stack))
-        decls.extend(module.decls)
+            decls.extend(self.import_(imp, base_dir, stack, via + (imp,)))
+        decls.extend((d, _Origin(src.name.span, via)) for d, src in zip(module.decls, file.decls))
         return module, decls
 
-    def import_(self, imp: ast.Import, base_dir: Path, stack: tuple[Path, ...]):
+    def import_(self, imp: ast.Import, base_dir: Path, stack: tuple[Path, ...], via: tuple[ast.Import, ...]):
         try:
             target = (base_dir / imp.path.value).resolve()
         except (OSError, ValueError) as err:  # e.g. a NUL byte in the path, a symlink loop
@@ -96,7 +107,7 @@ class _Resolver:
         if target in self.loaded:  # diamond imports: load once
             return ()
         text = read_text(target, imp.path.span)
-        module, decls = self.collect(text, str(target), target.parent, stack + (target,))
+        module, decls = self.collect(text, str(target), target.parent, stack + (target,), via)
         self.loaded[target] = module
         return decls
 
@@ -115,13 +126,14 @@ class _Resolver:
 
     def _index(self, decls, cls, keyword) -> dict[str, object]:
         table: dict[str, object] = {}
-        for d in decls:
+        origins: dict[str, _Origin] = {}
+        for d, origin in decls:
             if not isinstance(d, cls):
                 continue
             if d.name in table:
-                raise SeqSemanticError(f"{keyword} `{d.name}` is declared twice",
-                                       self.sources.get(keyword, d.name), "rename one of them")
+                raise _clash(keyword, d.name, origins[d.name], origin)
             table[d.name] = d
+            origins[d.name] = origin
         return table
 
     def _merged(self, keyword: str, name: str, table, chain: tuple[str, ...]) -> dict[str, object]:
@@ -177,3 +189,26 @@ class _Resolver:
             key = str(first["loc"][0]) if first["loc"] else ""
             raise SeqSemanticError(f"{keyword} `{name}`: `{key}` {pydantic_message(first)}",
                                    self.sources.get(keyword, name, key)) from None
+
+
+def _clash(keyword: str, name: str, first: _Origin, second: _Origin) -> SeqSemanticError:
+    """`name` declared twice. The error is reported in the file that brings the two together
+    (the deepest file both import chains pass through): at its own declaration when it has
+    one, else at its `import` line that brought in the second; the definitions are notes."""
+    shared = 0
+    while shared < min(len(first.via), len(second.via)) and first.via[shared] is second.via[shared]:
+        shared += 1
+    message = f"{keyword} `{name}` is declared twice"
+    if len(second.via) == shared or len(first.via) == shared:
+        here, other = (second, first) if len(second.via) == shared else (first, second)
+        imported = len(other.via) > shared
+        return SeqSemanticError(
+            message + (" (an imported file declares it too)" if imported else ""), here.name,
+            "rename one of them" + (", or stop importing the other" if imported else ""),
+            notes=(Note(f"the other `{name}` is declared here" + (", in an imported file" if imported else ""),
+                        other.name),))
+    line = second.via[shared]
+    return SeqSemanticError(
+        f"{keyword} `{name}` is declared twice: this import brings a second one", line.span,
+        "rename one of them, or drop one of the imports",
+        notes=(Note(f"`{name}` is declared here", first.name), Note("and again here", second.name)))

@@ -21,6 +21,20 @@ from seqdsl.parse import ast
 from seqdsl.passes.sourcemap import SourceMap
 
 RESERVED = frozenset({"true", "false", "mixer", "model", "import", "extends"})
+
+# What users write for architectures the language cannot express yet: each gets a message naming
+# the limitation (docs/roadmap.md says what comes next) instead of "unknown field/value".
+_MULTI_BRANCH = ("multi-branch mixers (NSA's compressed + selected + window branches, merged by "
+                 "gates) are not in the language yet: a mixer has one relation, visibility and "
+                 "selection")
+_LONG_CONV = ("long convolutions (Hyena-style: an implicit filter as long as the sequence, applied "
+              "by FFT) are not in the language yet: `conv` is a short depthwise causal convolution")
+NOT_YET_FIELDS = {name: _MULTI_BRANCH for name in ("branches", "branch", "merge", "gates")}
+NOT_YET_VALUES = {
+    "conv": {name: _LONG_CONV for name in ("long", "hyena", "implicit", "fft", "long_conv")},
+    "*": {name: _MULTI_BRANCH for name in ("nsa", "compressed", "compress", "branches")},
+}
+ROADMAP_HINT = "see docs/roadmap.md for how they will fit"
 MODEL_KEYS: tuple[str, ...] = ("preset",) + nodes.MODEL_SLOTS
 
 
@@ -108,6 +122,8 @@ class Typer:
     def assign(self, d: ast.Decl, a: ast.Assign) -> nodes.Assign:
         key = a.key.value
         keys = nodes.MIXER_SLOTS if d.keyword == "mixer" else MODEL_KEYS
+        if key not in keys and d.keyword == "mixer" and key in NOT_YET_FIELDS:
+            raise SeqSemanticError(f"`{key}`: {NOT_YET_FIELDS[key]}", a.key.span, ROADMAP_HINT)
         if key not in keys:
             hint = did_you_mean(key, keys) or f"a {d.keyword} block sets {one_of(keys)}"
             raise SeqSemanticError(f"unknown {d.keyword} field `{key}`", a.key.span, hint)
@@ -140,6 +156,9 @@ class Typer:
                 return self.primitive(expr, by_kind[name], path)
             if isinstance(expr, ast.Call) or not _literal_accepts(options, name):
                 span = expr.span if isinstance(expr, ast.Name) else expr.name.span
+                limitation = NOT_YET_VALUES.get(what, {}).get(name) or NOT_YET_VALUES["*"].get(name)
+                if limitation:
+                    raise SeqSemanticError(f"`{what} = {name}`: {limitation}", span, ROADMAP_HINT)
                 hint = did_you_mean(name, by_kind) or f"`{what}` takes {describe(annotation)}"
                 raise SeqSemanticError(f"unknown {what} `{name}`", span, hint)
         for opt in options:

@@ -51,6 +51,45 @@ def test_exit_1_on_findings_with_located_diagnostics(capsys):
     assert "mixer window_256: fail (V001)" in out
 
 
+def test_exit_follows_the_verdict_not_speed_notes(capsys, tmp_path):
+    """Issue 9.7: a passing spec whose head dim runs on the reference path (W003, a speed note)
+    exits 0; it used to exit 1."""
+    path = tmp_path / "slow.seq"
+    path.write_text('mixer m { head_dim = 96  select = top(1, over=chunk(100)) }\n'
+                    'model lm { preset = "110m" mixer = m }\n')
+    code, out, _ = run(["check", str(path)], capsys)
+    assert "W003 [W warning]" in out and "W002 [W warning]" in out
+    assert "slow.seq: pass" in out and code == 0
+
+
+def test_help_states_the_exit_codes(capsys):
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "0 when every spec passes" in out and "1 when any spec is degraded or fails" in out
+    assert "W002/W003" in out
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n"])
+def test_a_spec_without_mixer_or_model_is_bad_input(capsys, tmp_path, text):
+    """Issue 9.6: an empty file used to pass with exit 0; `seqdsl lower` refuses it with the
+    same message."""
+    path = tmp_path / "empty.seq"
+    path.write_text(text)
+    code, out, err = run(["check", str(path)], capsys)
+    assert code == 2 and "1 unreadable" in out
+    assert err.startswith(f"{path}: error: the spec declares no mixer and no model")
+    code, _, lower_err = run(["lower", str(path), "--no-tree"], capsys)
+    assert code == 2 and "the spec declares no mixer and no model" in lower_err
+
+
+def test_a_spec_that_only_imports_is_judged_on_its_imports(capsys, tmp_path):
+    path = tmp_path / "only_imports.seq"
+    path.write_text(f'import "{SPECS / "window_256.seq"}"\n')
+    code, out, _ = run(["check", str(path)], capsys)
+    assert code == 1 and "only_imports.seq: fail" in out and "mixer window_256: fail" in out
+
+
 def test_exit_1_on_a_degraded_spec(capsys):
     assert run(["check", str(SPECS / "temperature_2.seq")], capsys)[0] == 1
 

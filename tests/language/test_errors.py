@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import seqdsl
 from seqdsl import SeqError, SeqSyntaxError, loads, typed_module
 from seqdsl.cli.main import main
 
@@ -21,7 +22,10 @@ SPEC_TEXTS = [p.read_text() for p in sorted(SPECS.glob("*.seq"))]
 # (name, text, message fragment, line, column, caret width, hint fragment or None)
 MISTAKES = [
     ("missing closing brace", "mixer a {\n    heads = 12\n",
-     "this `{` is never closed", 1, 9, 1, "add `}`"),
+     "unexpected end of file: mixer `a` is never closed", 1, 9, 1, "add `}`"),
+    ("missing closing brace before the next declaration",
+     'mixer a {\n    heads = 12\n\nmodel m {\n    preset = "tiny"\n    mixer = a\n}\n',
+     "mixer `a` is never closed: this `{` has no matching `}`", 1, 9, 1, "add `}` before line 4"),
     ("missing =", "mixer a {\n    heads 12\n}\n",
      "expected `=` before `12`", 2, 11, 2, "key = value"),
     ("unknown primitive", "mixer a {\n    weights = sofmax\n}\n",
@@ -225,7 +229,7 @@ def test_unclosed_brace_after_a_splitlines_break(ch):
     with pytest.raises(SeqSyntaxError) as info:
         typed_module(f"# a{ch}b\nmixer a {{", "spec.seq")
     err = info.value
-    assert "this `{` is never closed" in err.message
+    assert "mixer `a` is never closed" in err.message
     assert (err.span.line, err.span.column) == (2, 9)
     assert err.span.line_text == "mixer a {"
 
@@ -236,7 +240,7 @@ def test_unclosed_brace_after_leading_whitespace_break(ch):
     with pytest.raises(SeqSyntaxError) as info:
         typed_module(f"{ch}mixer a {{", "spec.seq")
     err = info.value
-    assert "this `{` is never closed" in err.message
+    assert "mixer `a` is never closed" in err.message
     assert (err.span.line, err.span.column) == (1, 10)
     assert err.render()
 
@@ -264,3 +268,115 @@ def test_end_of_file_error_points_at_the_last_line():
     err = info.value
     assert (err.span.line, err.span.line_text) == (1, "mixer a")
     assert "unexpected end of file" in err.message
+
+
+# --- what a new user hits (issue 9, item 9) --------------------------------------------------------
+
+
+@pytest.mark.parametrize("following,line,col", [
+    ('model m {\n    preset = "tiny"\n    mixer = a\n}\n', 4, 1),
+    ("mixer b extends a {\n    heads = 2\n}\n", 4, 1),
+    ('import "other.seq"\n', 4, 1),
+    ("    mixer b {}\n", 4, 5),
+])
+def test_missing_brace_is_reported_at_the_block_it_leaves_open(following, line, col):
+    """It was "expected `=` before `m`" at the next declaration: the keyword was read as a key."""
+    text = "mixer a extends b {\n    heads = 12\n\n" + following
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module(text, "spec.seq")
+    err = info.value
+    assert err.message == "mixer `a` is never closed: this `{` has no matching `}`"
+    assert (err.span.line, err.span.column, err.span.end_column) == (1, 19, 20)
+    keyword = following.split()[0]
+    assert err.hint.startswith(f"add `}}` before line {line}, where `{keyword}` starts")
+    assert err.render().splitlines()[:3] == [
+        "spec.seq:1:19: syntax error: " + err.message,
+        "   1 | mixer a extends b {",
+        "                         ^",
+    ]
+
+
+def test_missing_brace_of_a_model_before_a_mixer():
+    """In a model block `mixer` is also a key (`mixer = a`): still a missing brace when the `{`
+    stays open to the end of the file."""
+    text = 'model m {\n    preset = "tiny"\n    mixer = a\n\nmixer a {\n}\n'
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module(text, "spec.seq")
+    assert info.value.message.startswith("model `m` is never closed")
+    assert (info.value.span.line, info.value.span.column) == (1, 9)
+
+
+def test_missing_equals_in_a_closed_block_is_not_a_missing_brace():
+    text = 'model m {\n    preset = "tiny"\n    mixer a\n}\nmixer a {}\n'
+    with pytest.raises(SeqSyntaxError) as info:
+        typed_module(text, "spec.seq")
+    assert info.value.message == "expected `=` before `a`"
+    assert (info.value.span.line, info.value.span.column) == (3, 11)
+
+
+BOM = "\ufeff"
+
+
+def test_leading_byte_order_mark_is_accepted(tmp_path):
+    """Some editors start UTF-8 files with a BOM; it was "unexpected character U+FEFF"."""
+    text = "mixer a {\n    heads = 4\n}\n"
+    path = tmp_path / "bom.seq"
+    path.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert seqdsl.load(path).program == loads(text).program
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        assert main(["check", str(path)]) == 0, err.getvalue()
+
+
+def test_columns_on_the_first_line_of_a_bom_file_count_from_the_text():
+    with pytest.raises(SeqError) as info:
+        loads(BOM + "mixer a { heads = 0 }\n", "spec.seq")
+    span = info.value.span
+    assert (span.line, span.column, span.line_text) == (1, 11, "mixer a { heads = 0 }")
+
+
+def test_byte_order_mark_inside_the_text_is_still_an_error():
+    with pytest.raises(SeqSyntaxError, match="U\\+FEFF"):
+        typed_module("mixer a {}\n" + BOM + "mixer b {}\n")
+
+
+def _clash(tmp_path, files: dict[str, str], top: str) -> SeqError:
+    for name, text in files.items():
+        (tmp_path / name).write_text(text)
+    with pytest.raises(SeqError) as info:
+        seqdsl.load(tmp_path / top)
+    return info.value
+
+
+def test_clash_with_an_import_is_reported_at_the_importing_declaration(tmp_path):
+    """It was reported inside the imported file, which is not wrong on its own."""
+    err = _clash(tmp_path, {"lib.seq": "mixer a {\n    heads = 4\n}\n",
+                            "top.seq": 'import "lib.seq"\n\nmixer a {\n    heads = 2\n}\n'}, "top.seq")
+    assert err.message == "mixer `a` is declared twice (an imported file declares it too)"
+    assert (Path(err.span.file).name, err.span.line, err.span.column) == ("top.seq", 3, 7)
+    (note,) = err.notes
+    assert (Path(note.span.file).name, note.span.line, note.span.column) == ("lib.seq", 1, 7)
+    lines = err.render().splitlines()
+    assert lines[0].endswith("top.seq:3:7: error: " + err.message)
+    assert lines[3].endswith("lib.seq:1:7: note: the other `a` is declared here, in an imported file")
+
+
+def test_clash_between_two_imports_is_reported_at_the_second_import_line(tmp_path):
+    err = _clash(tmp_path, {"one.seq": "mixer a {}\n", "two.seq": "mixer a {\n    heads = 2\n}\n",
+                            "top.seq": 'import "one.seq"\nimport "two.seq"\nmixer b {}\n'}, "top.seq")
+    assert (Path(err.span.file).name, err.span.line, err.span.column) == ("top.seq", 2, 1)
+    assert [(Path(n.span.file).name, n.span.line) for n in err.notes] == [("one.seq", 1), ("two.seq", 1)]
+
+
+def test_clash_through_a_chain_of_imports_is_reported_in_the_top_file(tmp_path):
+    err = _clash(tmp_path, {"lib.seq": "mixer a {}\n", "mid.seq": 'import "lib.seq"\nmixer b {}\n',
+                            "top.seq": 'import "mid.seq"\nmixer a {}\n'}, "top.seq")
+    assert (Path(err.span.file).name, err.span.line) == ("top.seq", 2)
+    assert [Path(n.span.file).name for n in err.notes] == ["lib.seq"]
+
+
+def test_clash_inside_an_imported_file_stays_there(tmp_path):
+    """The importing file did nothing wrong: the clash is the imported file's own."""
+    err = _clash(tmp_path, {"lib.seq": "mixer a {}\nmixer a {}\n", "top.seq": 'import "lib.seq"\n'}, "top.seq")
+    assert (Path(err.span.file).name, err.span.line) == ("lib.seq", 2)
+    assert [(Path(n.span.file).name, n.span.line) for n in err.notes] == [("lib.seq", 1)]

@@ -173,3 +173,106 @@ def test_comments_inside_a_multi_line_value_move_above_the_next_item():
     formatted = format_source(text)
     assert _comments(formatted) == _comments(text)
     assert "    # first\n    # second\n    # end\n}" in formatted
+
+
+# --- several files and directories: every file reported, the worst exit code ------------------------
+
+
+def _fmt(*argv) -> tuple[int, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["fmt", *map(str, argv)])
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture
+def mixed(tmp_path):
+    """A directory with a canonical, an unformatted and an unreadable file, in that order."""
+    d = tmp_path / "specs"
+    d.mkdir()
+    (d / "a_canonical.seq").write_text(FORMATTED)
+    (d / "b_broken.seq").write_text("mixer b {\n    heads 4\n}\n")
+    (d / "c_ugly.seq").write_text(UNFORMATTED)
+    return d
+
+
+def test_check_reports_every_file_after_an_unreadable_one(mixed, tmp_path):
+    """`fmt --check` stopped at the first unreadable file; later files were never reported."""
+    missing = tmp_path / "missing.seq"
+    code, out, err = _fmt("--check", missing, mixed)
+    assert code == 2, "unreadable beats not canonical"
+    assert out == ""
+    assert f"no such file: {missing}" in err
+    assert "b_broken.seq:2:11: syntax error: expected `=` before `4`" in err
+    assert f"would reformat {mixed / 'c_ugly.seq'}" in err
+    assert "a_canonical" not in err.replace("1 already canonical", "")
+    assert err.rstrip().endswith("4 files: 1 would be reformatted, 1 already canonical, 2 unreadable")
+    assert (mixed / "c_ugly.seq").read_text() == UNFORMATTED, "--check writes nothing"
+
+
+def test_check_on_a_directory_exits_1_when_only_formatting_differs(mixed):
+    (mixed / "b_broken.seq").unlink()
+    assert _fmt("--check", mixed)[0] == 1
+    (mixed / "c_ugly.seq").write_text(FORMATTED)
+    assert _fmt("--check", mixed)[0] == 0
+
+
+def test_write_goes_on_past_an_unreadable_file(mixed):
+    code, _, err = _fmt("--write", mixed)
+    assert code == 2
+    assert (mixed / "c_ugly.seq").read_text() == FORMATTED
+    assert (mixed / "b_broken.seq").read_text() == "mixer b {\n    heads 4\n}\n", "left as it was"
+    assert "3 files: 1 reformatted, 1 already canonical, 1 unreadable" in err
+
+
+def test_printing_several_files_names_each(mixed):
+    (mixed / "b_broken.seq").unlink()
+    code, out, _ = _fmt(mixed)
+    assert code == 0
+    assert out == (f"# ==> {mixed / 'a_canonical.seq'} <==\n{FORMATTED}\n"
+                   f"# ==> {mixed / 'c_ugly.seq'} <==\n{FORMATTED}")
+
+
+def test_printing_one_file_prints_it_alone(mixed):
+    assert _fmt(mixed / "c_ugly.seq")[1] == FORMATTED
+
+
+def test_an_empty_directory_is_reported(tmp_path):
+    code, _, err = _fmt("--check", tmp_path)
+    assert code == 2
+    assert f"{tmp_path} holds no .seq files" in err
+
+
+def test_resolved_goes_on_past_an_unreadable_file(mixed):
+    code, out, err = _fmt("--resolved", mixed)
+    assert code == 2
+    assert out.count("mixer a {") == 2 and "b_broken.seq:2:11" in err
+
+
+def test_a_comment_on_the_byte_order_mark_line_is_kept_in_place():
+    text = "# header\nmixer a {}  # why\n"
+    assert format_source("\ufeff" + text) == text
+
+
+def test_write_removes_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.seq"
+    path.write_bytes(b"\xef\xbb\xbf" + FORMATTED.encode())
+    assert _fmt("--check", path)[0] == 1, "the canonical form has no BOM"
+    assert _fmt("--write", path)[0] == 0
+    assert path.read_bytes() == FORMATTED.encode()
+
+
+def test_a_file_that_cannot_be_written_is_one_message(tmp_path, monkeypatch):
+    """A failed write (read-only directory, full disk) was an OSError traceback."""
+    path = tmp_path / "a.seq"
+    path.write_text(UNFORMATTED)
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(os, "replace", refuse)
+    code, _, err = _fmt("--write", path)
+    assert code == 2
+    assert f"cannot write {path}: Permission denied" in err and "Traceback" not in err
+    assert path.read_text() == UNFORMATTED
+    assert [p.name for p in tmp_path.iterdir()] == ["a.seq"], "no temporary file left behind"

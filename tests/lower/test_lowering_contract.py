@@ -149,22 +149,3 @@ def test_scalar_decay_and_delta_kernels_get_their_arguments(recorded_fla, op):
         assert torch.equal(kwargs["g"], log_decay)
     if beta is not None:
         assert torch.equal(kwargs["beta"], beta)
-
-
-def test_op_choice_follows_the_spec_and_the_tile_width():
-    with_update = lambda **kw: nodes.Mixer(name="m", weights=nodes.Linear(), **kw)
-    vector = nodes.DataDependentDecay(granularity="vector")
-    scalar = nodes.DataDependentDecay(granularity="scalar")
-    cases = {
-        "fla.chunk_simple_gla": with_update(decay=scalar),
-        "fla.chunk_gla": with_update(decay=vector),
-        "fla.chunk_rwkv6": with_update(decay=vector, update=nodes.Additive(bonus=True)),
-        "fla.chunk_rwkv7": with_update(decay=vector, update=nodes.Rwkv7()),
-        "fla.chunk_delta_rule": with_update(update=nodes.Delta()),
-        "fla.chunk_gated_delta_rule": with_update(decay=scalar, update=nodes.Delta()),
-    }
-    pytest.importorskip("fla")
-    for op, mixer in cases.items():
-        assert fla_paths.op_for(mixer, 64, 64) == (op, "")
-    op, why = fla_paths.op_for(cases["fla.chunk_gla"], 16, 1)  # Mamba-1: one value per head
-    assert op is None and "16-wide" in why

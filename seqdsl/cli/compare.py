@@ -1,0 +1,72 @@
+"""`seqdsl compare RUN...`: OOD loss against training loss across runs (docs/evaluation.md).
+
+Prints a Markdown table of OOD loss at matched training loss with the gap to a baseline run,
+draws the scatter plot (a panel per OOD domain, a curve per run) and optionally writes the
+table as JSON. The logic lives in seqdsl/eval/compare.py and plot.py.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from seqdsl.errors import SeqError, SeqFileError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from seqdsl.eval.compare import DEFAULT_WINDOW
+
+    parser.add_argument("runs", metavar="RUN", nargs="+", help="run directories (with metrics.jsonl)")
+    parser.add_argument("--baseline", help="the run the gaps are taken against (its directory name; "
+                                           "default: the first run)")
+    parser.add_argument("--at", metavar="L1,L2,...",
+                        help="training-loss levels (nats/token); default: three inside the range "
+                             "every run covers")
+    parser.add_argument("--metric", choices=("loss", "bpb"), default="loss",
+                        help="OOD measure: nats/token (loss) or bits/byte (bpb)")
+    parser.add_argument("--window", type=int, default=DEFAULT_WINDOW,
+                        help=f"train records averaged for the training loss at an evaluation "
+                             f"(default {DEFAULT_WINDOW})")
+    parser.add_argument("--seq-len", type=int, help="use evaluations at this context length "
+                                                    "(default: each run's most common one)")
+    parser.add_argument("--plot", default="compare.png", help="PNG to write (default compare.png)")
+    parser.add_argument("--no-plot", action="store_true", help="skip the plot")
+    parser.add_argument("--out", help="also write the table and curves as JSON here")
+
+
+def _levels(text: str | None) -> list[float] | None:
+    if text is None:
+        return None
+    try:
+        levels = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise SeqError(f"bad --at {text!r}", hint="training-loss levels separated by commas, e.g. --at 3.2,3.0") from None
+    if not levels:
+        raise SeqError("--at names no level", hint="e.g. --at 3.2,3.0")
+    return levels
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqdsl.eval.compare import compare, markdown, to_json
+    from seqdsl.eval.metrics import read_run
+
+    runs = [read_run(r) for r in args.runs]
+    for r in runs:
+        for note in r.notes:
+            print(f"note: {note}", file=sys.stderr)
+    cmp = compare(runs, levels=_levels(args.at), baseline=args.baseline, metric=args.metric,
+                  window=args.window, seq_len=args.seq_len)
+    print(markdown(cmp))
+    if not args.no_plot:
+        from seqdsl.eval.plot import plot
+
+        print(f"\nplot: {plot(cmp, args.plot)}")
+    if args.out:
+        try:
+            Path(args.out).write_text(json.dumps(to_json(cmp), indent=2) + "\n", encoding="utf-8")
+        except OSError as err:
+            raise SeqFileError(f"cannot write {args.out}: {err.strerror or err}") from None
+        print(f"table: {args.out}")
+    return 0

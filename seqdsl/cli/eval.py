@@ -1,0 +1,115 @@
+"""`seqdsl eval CKPT_OR_RUN_DIR`: loss per domain of a checkpoint, at any context length.
+
+Loads the checkpoint (seqdsl/eval/checkpoint_io.py), rebuilds the run's held-out sets or those
+of other data (seqdsl/eval/sets.py), evaluates (seqdsl/eval/loss.py) and prints a table. The
+records are appended to the run's metrics.jsonl, or written to --out as JSON instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from seqdsl.errors import SeqError, SeqFileError
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("checkpoint", metavar="CKPT_OR_RUN_DIR",
+                        help="a run directory (its latest checkpoint), its checkpoints/ or a step_N/ directory")
+    parser.add_argument("--seq-len", type=int,
+                        help="context length of the evaluation windows (default: the run's seq_len, "
+                             "else the model's context); longer than trained is allowed")
+    parser.add_argument("--batch-size", type=int, help="windows per forward (default: the run's eval_batch, else 8)")
+    parser.add_argument("--data", nargs="+", metavar="FILE",
+                        help="evaluate on these data files (.jsonl, .jsonl.zst, .parquet, folders, globs) "
+                             "instead of the run's data source")
+    parser.add_argument("--domain-field", help="record field holding the domain (e.g. meta.redpajama_set_name); "
+                                               "default: the run's, else the file's folder name")
+    parser.add_argument("--domains", help="comma-separated domains (default: the run's evaluation domains)")
+    parser.add_argument("--max-tokens", type=int, help="held-out tokens per domain (default: the run's eval_tokens)")
+    parser.add_argument("--device", default="auto", help="cpu, cuda, cuda:N (default: cuda if available)")
+    parser.add_argument("--dtype", choices=("auto", "float32", "bfloat16"), default="auto",
+                        help="autocast dtype (auto: bfloat16 on cuda, float32 on cpu)")
+    parser.add_argument("--out", help="write the records as JSON here instead of appending them to "
+                                      "the run's metrics.jsonl")
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise SeqError(f"unknown device {name!r}", hint="use cpu, cuda or cuda:N") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise SeqError(f"device {name} asked for, but this machine has no CUDA device")
+    return device
+
+
+def _autocast(dtype: str, device):
+    import torch
+
+    if dtype == "auto":
+        return torch.bfloat16 if device.type == "cuda" else None
+    return torch.bfloat16 if dtype == "bfloat16" else None
+
+
+def _positive(value: int | None, flag: str) -> None:
+    if value is not None and value < 1:
+        raise SeqError(f"{flag} must be at least 1, got {value}")
+
+
+def run(args: argparse.Namespace) -> int:
+    from seqdsl.eval.checkpoint_io import build_model, read_checkpoint
+    from seqdsl.eval.loss import evaluate
+    from seqdsl.eval.metrics import METRICS
+    from seqdsl.eval.records import append_records, eval_records
+    from seqdsl.eval.sets import run_eval_sets
+
+    for value, flag in ((args.seq_len, "--seq-len"), (args.batch_size, "--batch-size"),
+                        (args.max_tokens, "--max-tokens")):
+        _positive(value, flag)
+    ckpt = read_checkpoint(args.checkpoint)
+    device = _device(args.device)
+    lm = build_model(ckpt, device)
+    domains = [d.strip() for d in args.domains.split(",") if d.strip()] if args.domains else None
+    sets = run_eval_sets(ckpt.config, data=args.data, domain_field=args.domain_field, domains=domains,
+                         max_tokens=args.max_tokens)
+    for s in sets.values():
+        if s.tokens.numel() and int(s.tokens.max()) >= lm.spec.vocab:
+            raise SeqError(f"domain {s.domain} has token id {int(s.tokens.max())}, outside model "
+                           f"`{lm.spec.name}`'s vocabulary of {lm.spec.vocab}",
+                           hint="evaluate with the tokenizer the run was trained with")
+    seq_len = args.seq_len or ckpt.config.get("seq_len") or lm.spec.context
+    batch = args.batch_size or ckpt.config.get("eval_batch") or 8
+    results = evaluate(lm, sets, seq_len=seq_len, batch_size=batch, device=device,
+                       autocast_dtype=_autocast(args.dtype, device))
+    records = eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=ckpt.step,
+                           tokens=ckpt.tokens, seq_len=seq_len)
+    print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
+          f"seq_len {seq_len}, device {device}")
+    print(table(records))
+    if args.out:
+        try:
+            Path(args.out).write_text(json.dumps({"checkpoint": str(ckpt.path), "records": records}, indent=2)
+                                      + "\n", encoding="utf-8")
+        except OSError as err:
+            raise SeqFileError(f"cannot write {args.out}: {err.strerror or err}") from None
+        print(f"records: {args.out}")
+    elif ckpt.run is not None:
+        append_records(ckpt.run / METRICS, records)
+        print(f"records appended to {ckpt.run / METRICS}")
+    else:
+        print("records not saved: the checkpoint is not inside a run directory (pass --out FILE)")
+    return 0
+
+
+def table(records: list[dict]) -> str:
+    rows = [("domain", "in-domain", "tokens", "loss (nats/token)", "bits/byte")]
+    rows += [(r["domain"], "yes" if r["in_domain"] else "no", f"{r['eval_tokens']:,}", f"{r['loss']:.4f}",
+              f"{r['bpb']:.4f}") for r in records]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)

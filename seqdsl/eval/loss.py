@@ -1,0 +1,146 @@
+"""Held-out loss of a language model on evaluation sets: nats per token and bits per byte.
+
+Shape legend: N tokens of a set, S = seq_len (tokens fed per window), B windows per batch,
+V vocab.
+
+Windows. The set's N tokens are cut into windows of S + 1 tokens that advance by S, so two
+consecutive windows share one token: the last target of one window is the first input of the
+next. Window w feeds tokens[wS : wS + S] and scores their successors tokens[wS + 1 : wS + S + 1].
+The last window is shorter when N - 1 is not a multiple of S and is scored too. Every token but
+the first is therefore scored exactly once, with the left context of its own window (up to S
+tokens; the model carries nothing from one window to the next). Scored tokens = N - 1.
+
+Bits per byte. The set's text is `n_bytes` UTF-8 bytes encoded as N tokens. The scored N - 1
+tokens are credited with the same fraction of the bytes, n_bytes * (N - 1) / N, so
+
+    bpb = total NLL / (ln 2 * n_bytes * (N - 1) / N) = loss * N / (ln 2 * n_bytes)
+
+which is `EvalSet`'s formula. (Attributing the exact bytes of the unscored first token instead
+would need the tokenizer here; for a set of thousands of tokens the two differ by under 0.1%.)
+
+Any context length may be asked for, including longer than the model was trained on (RoPE and
+the recurrent family extrapolate, for better or worse: that is what is measured). Mixers with
+per-position parameters (`relation = random_keys` or `positional`) have none beyond the model's
+`context` and are refused with one message.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from seqdsl.data.evalset import EvalSet
+from seqdsl.errors import SeqError
+from seqdsl.lower.lm import LanguageModel
+
+# Relations whose parameters exist for positions 0 .. context-1 only (seqdsl/lower/mixer.py).
+PER_POSITION_RELATIONS = ("random_keys", "positional")
+
+
+class EvalError(SeqError):
+    """An evaluation that cannot be run as asked."""
+
+
+@dataclass(frozen=True)
+class DomainLoss:
+    loss: float  # nats per scored token
+    bpb: float  # bits per byte
+    tokens: int  # tokens scored (N - 1)
+
+
+def context_limit(model: LanguageModel) -> int | None:
+    """The longest window `model` can score, or None when any length works (from the IR)."""
+    for block in model.blocks:
+        if block.mixer.spec.relation.kind in PER_POSITION_RELATIONS:
+            return model.spec.context
+    return None
+
+
+def check_seq_len(model: LanguageModel, seq_len: int) -> None:
+    if seq_len < 1:
+        raise EvalError(f"seq_len must be at least 1, got {seq_len}")
+    limit = context_limit(model)
+    if limit is not None and seq_len > limit:
+        kinds = sorted({b.mixer.spec.relation.kind for b in model.blocks} & set(PER_POSITION_RELATIONS))
+        raise EvalError(
+            f"model `{model.spec.name}` cannot be evaluated at seq_len {seq_len}: its "
+            f"`relation = {kinds[0]}` has per-position parameters for {limit} tokens only",
+            hint=f"use --seq-len {limit} or less")
+
+
+def windows(n_tokens: int, seq_len: int) -> list[tuple[int, int]]:
+    """(start, length) of each window's inputs: inputs tokens[start : start+length], targets
+    shifted by one. Covers targets 1 .. n_tokens-1 exactly once."""
+    return [(s, min(seq_len, n_tokens - 1 - s)) for s in range(0, n_tokens - 1, seq_len)]
+
+
+def _batches(tokens: Tensor, seq_len: int, batch_size: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """(inputs, targets), each (B, S'), all windows of one batch of the same length S'."""
+    spans = windows(tokens.numel(), seq_len)
+    full = [s for s, n in spans if n == seq_len]
+    for i in range(0, len(full), batch_size):
+        starts = full[i:i + batch_size]
+        yield _stack(tokens, starts, seq_len)
+    tail = [(s, n) for s, n in spans if n < seq_len]
+    for s, n in tail:  # at most one
+        yield _stack(tokens, [s], n)
+
+
+def _stack(tokens: Tensor, starts: list[int], length: int) -> tuple[Tensor, Tensor]:
+    rows = torch.stack([tokens[s:s + length + 1] for s in starts])  # (B, S'+1)
+    return rows[:, :-1], rows[:, 1:]
+
+
+def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor) -> float:
+    """Summed NLL of targets y (B, S') given inputs x, accumulated in float64."""
+    logits, _ = model(x)  # (B, S', V)
+    # float32 at least (bf16 logits under autocast); float64 models keep float64
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    nll = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+    return nll.double().sum().item()
+
+
+def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len: int,
+                 batch_size: int, device, autocast_dtype=None) -> DomainLoss:
+    n = tokens.numel()
+    if n < 2:
+        raise EvalError(f"an evaluation set needs at least 2 tokens to score one, got {n}")
+    if n_bytes <= 0:
+        raise EvalError(f"an evaluation set needs a positive byte count, got {n_bytes}")
+    device = torch.device(device)
+    autocast = (torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None
+                else nullcontext())
+    total = 0.0
+    tokens = tokens.to(torch.long)
+    for x, y in _batches(tokens, seq_len, batch_size):
+        with autocast:
+            total += _nll_sum(model, x.to(device), y.to(device))
+    scored = n - 1
+    loss = total / scored
+    return DomainLoss(loss=loss, bpb=loss * n / (math.log(2) * n_bytes), tokens=scored)
+
+
+def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int, batch_size: int,
+             device, autocast_dtype=None) -> dict[str, DomainLoss]:
+    """Loss of `model` on each set (keyed as `sets`), every token but the first of each set
+    scored once (see the module docstring). Runs without gradients in eval mode; the model's
+    training mode is restored afterwards."""
+    if batch_size < 1:
+        raise EvalError(f"batch_size must be at least 1, got {batch_size}")
+    check_seq_len(model, seq_len)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            return {name: evaluate_set(model, s.tokens, s.n_bytes, seq_len=seq_len,
+                                       batch_size=batch_size, device=device,
+                                       autocast_dtype=autocast_dtype)
+                    for name, s in sets.items()}
+    finally:
+        model.train(was_training)

@@ -1,0 +1,114 @@
+"""Reading a run's metrics.jsonl (the run-directory contract, docs/evaluation.md).
+
+Later lines supersede earlier ones with the same key: a run resumed from a checkpoint logs again
+the steps it had logged after that checkpoint before it was killed, and `seqdsl eval` may append
+a fresh evaluation of a step that training evaluated. Keys: train records by step; eval records
+by (step, domain, seq_len). A truncated last line (a kill mid-write) is skipped with a note; a
+malformed line anywhere else is an error naming the file and line.
+
+This module imports neither torch nor matplotlib.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from seqdsl.errors import SeqFileError
+
+METRICS = "metrics.jsonl"
+CONFIG = "config.json"
+
+TRAIN_FIELDS = ("step", "tokens", "loss")
+EVAL_FIELDS = ("step", "domain", "in_domain", "loss", "bpb", "seq_len")
+
+
+@dataclass(frozen=True)
+class TrainPoint:
+    step: int
+    tokens: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class EvalPoint:
+    step: int
+    tokens: int
+    domain: str
+    in_domain: bool
+    loss: float
+    bpb: float
+    seq_len: int
+
+
+@dataclass(frozen=True)
+class RunMetrics:
+    name: str  # the run directory's name
+    label: str  # the model trained (config.json "model"), else the run's name
+    path: Path
+    train: tuple[TrainPoint, ...]  # by step
+    evals: tuple[EvalPoint, ...]  # by step, then domain
+    notes: tuple[str, ...] = field(default=())
+
+
+def _need(record: dict, names: tuple[str, ...], where: str) -> None:
+    missing = [n for n in names if n not in record]
+    if missing:
+        raise SeqFileError(f"{where}: {record.get('kind')} record lacks {', '.join(missing)}")
+
+
+def read_run(run_dir: str | Path) -> RunMetrics:
+    """The metrics of the run in `run_dir` (one SeqFileError if it cannot be read)."""
+    run = Path(run_dir)
+    path = run / METRICS
+    if not run.is_dir():
+        raise SeqFileError(f"{run}: no such run directory")
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise SeqFileError(f"{run} has no {METRICS}", hint="is this a run directory of `seqdsl train`?") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise SeqFileError(f"cannot read {path}: {err}") from None
+    train: dict[int, TrainPoint] = {}
+    evals: dict[tuple[int, str, int], EvalPoint] = {}
+    notes = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            record = json.loads(line)
+            if not isinstance(record, dict):
+                raise ValueError("not a JSON object")
+        except ValueError as err:
+            if number == len(lines):
+                notes.append(f"{where}: skipped a truncated last line (the run was killed mid-write?)")
+                continue
+            raise SeqFileError(f"{where}: not a JSON record ({err})") from None
+        try:
+            if record.get("kind") == "train":
+                _need(record, TRAIN_FIELDS, where)
+                train[int(record["step"])] = TrainPoint(int(record["step"]), int(record["tokens"]),
+                                                        float(record["loss"]))
+            elif record.get("kind") == "eval":
+                _need(record, EVAL_FIELDS, where)
+                p = EvalPoint(int(record["step"]), int(record.get("tokens", 0)), str(record["domain"]),
+                              bool(record["in_domain"]), float(record["loss"]), float(record["bpb"]),
+                              int(record["seq_len"]))
+                evals[(p.step, p.domain, p.seq_len)] = p
+        except (TypeError, ValueError) as err:
+            raise SeqFileError(f"{where}: bad value in {record.get('kind')} record ({err})") from None
+    return RunMetrics(
+        name=run.resolve().name, label=_label(run), path=run,
+        train=tuple(train[s] for s in sorted(train)),
+        evals=tuple(sorted(evals.values(), key=lambda p: (p.step, p.domain, p.seq_len))),
+        notes=tuple(notes))
+
+
+def _label(run: Path) -> str:
+    try:
+        model = json.loads((run / CONFIG).read_text(encoding="utf-8")).get("model")
+    except (OSError, ValueError, AttributeError):
+        model = None
+    return str(model) if model else run.resolve().name

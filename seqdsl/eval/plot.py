@@ -1,0 +1,58 @@
+"""The comparison plot: training loss (x) against OOD loss (y), one panel per OOD domain, one
+curve per run, evaluations joined in step order; dotted vertical lines mark the levels of the
+matched-loss table. Rendered with matplotlib's Agg backend (no display needed)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from seqdsl.errors import SeqError, SeqFileError
+from seqdsl.eval.compare import UNIT, Comparison
+
+
+def plot(cmp: Comparison, path: str | Path) -> Path:
+    try:
+        import matplotlib
+    except ImportError:
+        raise SeqError("the comparison plot needs matplotlib",
+                       hint='pip install "seqdsl[data]", or pass --no-plot') from None
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    domains = cmp.domains
+    if not domains:
+        raise SeqError("no OOD evaluations to plot",
+                       hint="runs need eval records with in_domain = false in metrics.jsonl")
+    cols = min(3, len(domains))
+    rows = math.ceil(len(domains) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
+    for ax, domain in zip(axes.flat, domains):
+        for c in cmp.curves:
+            points = c.domains.get(domain, ())
+            if not points:
+                continue
+            style = dict(linewidth=2.2) if c.run.name == cmp.baseline else dict(linewidth=1.4)
+            label = c.run.name if c.run.label == c.run.name else f"{c.run.name} ({c.run.label})"
+            ax.plot([p.train_loss for p in points], [p.ood for p in points], marker="o", markersize=3.5,
+                    label=label, **style)
+        for level in cmp.levels:
+            ax.axvline(level, color="grey", linestyle=":", linewidth=1)
+        ax.set_title(f"OOD: {domain}")
+        ax.set_xlabel("training loss (nats/token)")
+        ax.set_ylabel(f"OOD {cmp.metric} ({UNIT[cmp.metric]})")
+        ax.invert_xaxis()  # training proceeds left to right
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    for ax in list(axes.flat)[len(domains):]:
+        ax.set_visible(False)
+    fig.tight_layout()
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=120)
+    except OSError as err:
+        raise SeqFileError(f"cannot write the plot {out}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
+    return out

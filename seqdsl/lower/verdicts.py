@@ -1,0 +1,77 @@
+"""Self-check verdicts kept on disk, so that a kernel is checked once per machine, not per process.
+
+A fast path is trusted only after it has matched the reference on this machine (outputs and every
+input gradient). That check compiles and autotunes the kernel: seconds to minutes. Its verdict
+depends only on facts that do not change between processes (the op, the shapes it was checked
+at, the dtype, the GPU model, and the versions of torch, Triton, fla and seqdsl), so it is stored
+in one JSON file per verdict under `$SEQDSL_CACHE_DIR/selfcheck/` (default
+`~/.cache/seqdsl/selfcheck/`), named by a hash of those facts. A new version of any of them is a
+new name, hence a new check. `SEQDSL_SELFCHECK_CACHE=0` turns the store off (always re-check).
+
+Files are written atomically (temp file + os.replace); an unreadable file is treated as absent
+and checked again, so a killed write costs one re-check, never a wrong verdict.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+_PACKAGES = ("torch", "triton", "fla-core", "flash-linear-attention", "mamba-ssm", "seqdsl")
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("SEQDSL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "seqdsl")
+    return Path(root) / "selfcheck"
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in _PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = "absent"
+    return out
+
+
+def machine_facts(device: torch.device) -> dict[str, str]:
+    """What a verdict depends on besides the check's own arguments."""
+    facts = {"device_type": device.type}
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        facts["device_name"] = torch.cuda.get_device_name(index)
+        facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(index)))
+    return facts | _versions()
+
+
+def cached(what: dict[str, object], device: torch.device,
+           check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
+    """The verdict of `check()` for the facts `what` on `device`, from disk when known."""
+    if os.environ.get("SEQDSL_SELFCHECK_CACHE", "1") == "0":
+        return check()
+    facts = {k: str(v) for k, v in what.items()} | machine_facts(device)
+    name = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
+    path = cache_dir() / f"{name}.json"
+    try:
+        stored = json.loads(path.read_text())
+        if stored.get("facts") == facts:
+            return bool(stored["ok"]), str(stored["detail"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass  # absent or unreadable: check again
+    ok, detail = check()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            json.dump({"facts": facts, "ok": ok, "detail": detail}, f, indent=1)
+        os.replace(f.name, path)
+    except OSError:
+        pass  # a read-only home: the verdict still holds for this process
+    return ok, detail

@@ -1,0 +1,151 @@
+"""`seqdsl eval`: reading checkpoints (the run-directory contract), the CLI's table and records,
+and one clear message for missing or damaged checkpoints."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_model
+
+import seqdsl
+import seqdsl.eval.sets
+from seqdsl.cli.main import main
+from seqdsl.data.bytes import encode_bytes
+from seqdsl.data.evalset import EvalSet
+from seqdsl.eval import evaluate
+from seqdsl.eval.checkpoint_io import CheckpointError, build_model, read_checkpoint
+from seqdsl.eval.metrics import read_run
+from seqdsl.ir.presets import model_at
+from seqdsl.lower.lm import LanguageModel
+
+SPEC = """mixer attn { heads = 2  head_dim = 16  position = rope }
+model tiny_attn { layers = 2  d_model = 32  vocab = 256  context = 16  mixer = attn }
+"""
+STEP = 7
+
+
+def write_run(root: Path, *, hashes: bool = True, config: dict | None = None) -> tuple[Path, LanguageModel]:
+    program = seqdsl.loads(SPEC).program
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model_at(program).model)
+    run = root / "run"
+    ckpt = run / "checkpoints" / f"step_{STEP:08d}"
+    ckpt.mkdir(parents=True)
+    save_model(lm, str(ckpt / "model.safetensors"))
+    (ckpt / "spec.seq").write_text(SPEC)
+    digest = hashlib.sha256((ckpt / "model.safetensors").read_bytes()).hexdigest()
+    state = {"step": STEP, "tokens": 7000} | ({"files": {"model.safetensors": digest}} if hashes else {})
+    (ckpt / "state.json").write_text(json.dumps(state))
+    (run / "checkpoints" / "latest").write_text(ckpt.name)
+    cfg = {"model": "tiny_attn", "preset": None, "seq_len": 16, "eval_batch": 2,
+           "data": {"source": "builtin", "train_domains": ["docstrings"], "tokenizer": "bytes",
+                    "heldout": 0.05, "eval_tokens": 400}}
+    (run / "config.json").write_text(json.dumps(config if config is not None else cfg))
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 10, "loss": 5.0}) + "\n")
+    return run, lm
+
+
+def small_sets() -> dict[str, EvalSet]:
+    text = "The quick brown fox jumps over the lazy dog. " * 4
+    code = "def f(x):\n    return x * 2\n" * 6
+    return {"prose": EvalSet("prose", encode_bytes(text), len(text.encode()), True),
+            "code": EvalSet("code", encode_bytes(code), len(code.encode()), False)}
+
+
+@pytest.mark.parametrize("where", ["run", "run/checkpoints", f"run/checkpoints/step_{STEP:08d}"])
+def test_checkpoint_is_found_from_run_checkpoints_or_step_directory(tmp_path, where):
+    run, lm = write_run(tmp_path)
+    ckpt = read_checkpoint(tmp_path / where)
+    assert (ckpt.step, ckpt.tokens, ckpt.run) == (STEP, 7000, run)
+    loaded = build_model(ckpt, "cpu")
+    tokens = torch.randint(0, 256, (2, 20))
+    assert torch.equal(loaded(tokens)[0], lm.eval()(tokens)[0])
+
+
+def test_cli_appends_eval_records_the_loss_of_evaluate(tmp_path, monkeypatch, capsys):
+    run, lm = write_run(tmp_path)
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    assert main(["eval", str(run), "--seq-len", "40"]) == 0  # longer than the trained context 16
+    printed = capsys.readouterr().out
+    expected = evaluate(lm, small_sets(), seq_len=40, batch_size=2, device="cpu")
+    assert "prose" in printed and f"{expected['code'].loss:.4f}" in printed
+    evals = read_run(run).evals
+    assert {(p.domain, p.in_domain, p.step, p.seq_len) for p in evals} == {
+        ("prose", True, STEP, 40), ("code", False, STEP, 40)}
+    assert {p.domain: p.loss for p in evals} == pytest.approx({d: r.loss for d, r in expected.items()})
+
+
+def test_cli_out_writes_json_and_leaves_the_run_alone(tmp_path, monkeypatch):
+    run, _ = write_run(tmp_path)
+    before = (run / "metrics.jsonl").read_text()
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run), "--out", str(out)]) == 0
+    records = json.loads(out.read_text())["records"]
+    assert [r["seq_len"] for r in records] == [16, 16]  # the run's seq_len by default
+    assert (run / "metrics.jsonl").read_text() == before
+
+
+def test_appending_closes_a_truncated_last_line_first(tmp_path, monkeypatch):
+    run, _ = write_run(tmp_path)
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write('{"kind": "tra')  # killed mid-write
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    assert main(["eval", str(run)]) == 0
+    with pytest.raises(Exception, match="metrics.jsonl:2: not a JSON record"):
+        read_run(run)  # the broken line stays visible as such, but the new records are intact
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(x)["domain"] for x in lines[2:]] == ["prose", "code"]
+
+
+def _damage_weights(run: Path) -> None:
+    path = next(run.glob("checkpoints/step_*/model.safetensors"))
+    path.write_bytes(path.read_bytes()[:100])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda run: (run / "checkpoints" / "latest").unlink(), "no complete checkpoint"),
+    (lambda run: next(run.glob("checkpoints/step_*/spec.seq")).unlink(), "spec.seq is missing"),
+    (_damage_weights, "does not match its hash"),
+    (lambda run: next(run.glob("checkpoints/step_*/state.json")).write_text("{"), "unreadable"),
+])
+def test_missing_or_damaged_checkpoint_is_one_message_exit_2(tmp_path, capsys, damage, message):
+    run, _ = write_run(tmp_path)
+    damage(run)
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert message in err and "Traceback" not in err and len(err.strip().splitlines()) <= 2
+
+
+def test_truncated_weights_without_hashes_are_refused_on_load(tmp_path):
+    run, _ = write_run(tmp_path, hashes=False)
+    _damage_weights(run)
+    with pytest.raises(CheckpointError, match="cannot load model.safetensors"):
+        build_model(read_checkpoint(run), "cpu")
+
+
+def test_weights_of_another_model_are_refused(tmp_path):
+    run, _ = write_run(tmp_path, hashes=False)
+    spec = next(run.glob("checkpoints/step_*/spec.seq"))
+    spec.write_text(SPEC.replace("layers = 2", "layers = 3"))
+    with pytest.raises(seqdsl.SeqError, match="does not fit model `tiny_attn`"):
+        build_model(read_checkpoint(run), "cpu")
+
+
+def test_missing_path_is_one_message(tmp_path, capsys):
+    assert main(["eval", str(tmp_path / "nope")]) == 2
+    assert "no such checkpoint or run directory" in capsys.readouterr().err
+
+
+def test_cli_rebuilds_the_runs_heldout_sets_through_the_data_pipeline(tmp_path, capsys):
+    pytest.importorskip("seqdsl.data.heldout", reason="the data pipeline (seqdsl/data/heldout.py) is on the train branch")
+    run, lm = write_run(tmp_path)
+    assert main(["eval", str(run), "--domains", "docstrings,code"]) == 0
+    evals = {p.domain: p for p in read_run(run).evals}
+    assert set(evals) == {"docstrings", "code"}
+    assert evals["docstrings"].in_domain and not evals["code"].in_domain
+    assert all(p.seq_len == 16 and p.loss > 0 for p in evals.values())

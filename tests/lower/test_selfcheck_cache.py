@@ -1,0 +1,58 @@
+"""Self-check verdicts are kept on disk (seqdsl/lower/verdicts.py): checked once per machine and
+version set, re-checked when anything they depend on changes or the file is unreadable."""
+
+from __future__ import annotations
+
+import torch
+
+from seqdsl.lower import verdicts
+
+CPU = torch.device("cpu")
+
+
+def _counting(result):
+    calls = []
+
+    def check():
+        calls.append(1)
+        return result
+
+    return check, calls
+
+
+def test_a_verdict_is_computed_once_then_read_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    check, calls = _counting((False, "dq differs by 3e-1"))
+    facts = {"op": "fla.chunk_gla", "dtype": torch.bfloat16}
+    assert verdicts.cached(facts, CPU, check) == (False, "dq differs by 3e-1")
+    assert verdicts.cached(facts, CPU, check) == (False, "dq differs by 3e-1")
+    assert len(calls) == 1 and len(list((tmp_path / "selfcheck").glob("*.json"))) == 1
+
+
+def test_other_facts_or_versions_are_checked_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    check, calls = _counting((True, ""))
+    verdicts.cached({"op": "a", "dtype": torch.float32}, CPU, check)
+    verdicts.cached({"op": "a", "dtype": torch.bfloat16}, CPU, check)
+    monkeypatch.setattr(verdicts, "_versions", lambda: {"triton": "9.9.9"})
+    verdicts.cached({"op": "a", "dtype": torch.float32}, CPU, check)
+    assert len(calls) == 3
+
+
+def test_an_unreadable_verdict_file_is_checked_again(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    check, calls = _counting((True, ""))
+    verdicts.cached({"op": "a"}, CPU, check)
+    (path,) = (tmp_path / "selfcheck").glob("*.json")
+    path.write_text('{"facts": {"op"')  # a write killed half-way
+    assert verdicts.cached({"op": "a"}, CPU, check) == (True, "")
+    assert len(calls) == 2
+
+
+def test_the_store_can_be_turned_off(tmp_path, monkeypatch):
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("SEQDSL_SELFCHECK_CACHE", "0")
+    check, calls = _counting((True, ""))
+    verdicts.cached({"op": "a"}, CPU, check)
+    verdicts.cached({"op": "a"}, CPU, check)
+    assert len(calls) == 2 and not (tmp_path / "selfcheck").exists()
