@@ -80,10 +80,10 @@ def test_learned_temperature_with_a_score_bias_is_a_named_conflict():
 
 def test_checker_judges_a_learned_temperature_from_its_init():
     report = check_program(seqdsl.loads("mixer f { heads = 4  weights = softmax(temperature = learned(2.0)) }"))
-    messages = [f.message for f in report.findings if f.code == "N002"]
-    assert messages and "learned" in messages[0] and "starts at 2" in messages[0]
+    messages = [d.message for d in report.diagnostics if d.code == "N002"]
+    assert messages and "learned(2), judged at its initial value" in messages[0]
     sharp = seqdsl.loads("mixer f { heads = 4  weights = softmax(temperature = learned(0.5)) }")
-    assert not [f for f in check_program(sharp).findings if f.code == "N002"]
+    assert not [d for d in check_program(sharp).diagnostics if d.code == "N002"]
 
 
 @pytest.mark.parametrize("text, limitation", [
@@ -103,4 +103,4 @@ def test_architectures_not_in_the_language_yet_name_the_limitation(text, limitat
 def test_checker_reports_kv_groups_that_do_not_divide_the_heads():
     report = check_program(seqdsl.loads("mixer f { heads = 12  kv_groups = 5 }\n"
                                         "model m { preset = \"tiny\"  mixer = f }"))
-    assert [f.code for f in report.findings if "kv_groups = 5" in f.message] == ["M003"]
+    assert [f.code for f in report.diagnostics if "kv_groups = 5" in f.message] == ["M003"]

@@ -1,0 +1,148 @@
+"""Training throughput per spec family: tokens/s and MFU of full training steps, on this machine.
+
+    python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
+                                     [--batch 8] [--steps 10] [--compile] [--out FILE.json]
+    python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
+
+One step = forward + backward + AdamW update of the whole language model at the preset's size,
+bf16 autocast on CUDA (float32 on CPU), exactly the step `seqdsl train` runs (its loss module and
+optimizer). Tokens/s is the median over the timed steps after `--warmup` steps (which include
+any compilation). The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
+call, so MFU can be read against both the datasheet peak and what this GPU really does.
+
+MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
+attention): they come from `seqdsl.ir.flops` through `seqdsl.train.throughput`. MFU is given
+against the measured GEMM rate (`seqdsl.eval.gemm`) and the data-sheet peak.
+
+Prints a table and writes the rows, device, versions and date as JSON (default
+benchmarks/results/bench_train_<device>_<date>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import seqdsl  # noqa: E402
+from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
+from seqdsl.ir.flops import peak_bf16_flops  # noqa: E402
+from seqdsl.ir.presets import model_at  # noqa: E402
+from seqdsl.lower.lm import LanguageModel  # noqa: E402
+from seqdsl.train.optim import adamw  # noqa: E402
+from seqdsl.train.run import CausalLoss  # noqa: E402
+from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
+
+SPECS = ROOT / "specs"
+FAMILIES = ("transformer,window_256,linear_attention,mamba2,gated_deltanet,rwkv7,top1_element,"
+            "top1_chunk_exact,top1_chunk_approx")
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
+               compile_blocks: bool) -> dict:
+    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
+    program, spec = resized.program, resized.model.model_copy(update={"context": seq})
+    torch.manual_seed(0)
+    lm = LanguageModel(program, spec).to(device)
+    if compile_blocks:
+        for block in lm.blocks:
+            block.compile()
+    loss_fn = CausalLoss(lm)
+    opt = adamw(lm, lr=1e-4, weight_decay=0.1)
+    amp = torch.bfloat16 if device.type == "cuda" else None
+    x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)
+    times, first = [], None
+    for i in range(warmup + steps):
+        _sync(device)
+        t0 = time.perf_counter()
+        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
+            loss = loss_fn(x[:, :-1], x[:, 1:])
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        _sync(device)
+        dt = time.perf_counter() - t0
+        if i == 0:
+            first = dt
+        if i >= warmup:
+            times.append(dt)
+    tokens_per_s = batch * seq / statistics.median(times)
+    paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
+    return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
+            "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss.item(),
+            "flops_per_token": training_flops_per_token(program, spec, seq)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--specs", default=FAMILIES)
+    p.add_argument("--preset", default="110m")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--device", default=None)
+    p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
+        args.device = args.device or "cpu"
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
+    peak = peak_bf16_flops(device_name)
+    rows = []
+    for name in args.specs.split(","):
+        try:
+            row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile)
+        except Exception as err:  # one failing family must not hide the others' figures
+            traceback.print_exc()
+            row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
+        fpt = row.get("flops_per_token")
+        row["mfu_vs_gemm"] = fpt * row["tokens_per_s"] / (gemm * 1e12) if fpt and gemm else None
+        row["mfu_vs_datasheet"] = fpt * row["tokens_per_s"] / peak if fpt and peak else None
+        rows.append(row)
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+    print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
+          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
+          f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}")
+    print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths")
+    for r in rows:
+        if "error" in r:
+            print(f"{r['spec']:<20} {'failed: ' + r['error']}")
+            continue
+        mfu = [f"{100 * r[k]:.1f}%" if r[k] is not None else "n/a" for k in ("mfu_vs_gemm", "mfu_vs_datasheet")]
+        print(f"{r['spec']:<20} {r['tokens_per_s']:>12,.0f} {mfu[0]:>12} {mfu[1]:>13} {r['first_step_s']:>13.1f}  "
+              f"{', '.join(r['paths'])}")
+    date = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
+                               "preset": args.preset, "seq": args.seq, "batch": args.batch, "steps": args.steps,
+                               "compile": args.compile, "gemm_bf16_tflops": gemm, "datasheet_bf16_flops": peak,
+                               "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0 if all("error" not in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Packing documents into fixed-length training sequences, with a resumable cursor.
+
+Shape legend: T seq_len; a packed sequence is T + 1 tokens (inputs are its first T, targets its
+last T).
+
+The training documents (held-out ones removed) are tokenized, each followed by the
+end-of-document token, and laid end to end in the source's fixed order; sequence i is tokens
+[iT, iT + T + 1) of that stream, so consecutive sequences share one token and every token is a
+target exactly once. When the documents run out, the stream starts again (the next epoch).
+
+The cursor is where the next sequence starts: (epoch, index of the document among the training
+documents of that epoch, token offset inside it). It is three integers, saved in every
+checkpoint; resuming re-reads the documents before it without tokenizing them.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+
+import torch
+
+from seqdsl.data.documents import Document, is_heldout
+from seqdsl.errors import SeqError
+
+
+@dataclass(frozen=True)
+class Cursor:
+    epoch: int = 0
+    doc: int = 0
+    offset: int = 0
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+
+class PackedSequences:
+    """Endless packed sequences of (T + 1) tokens from `documents()` (called once per epoch)."""
+
+    def __init__(self, documents: Callable[[], Iterator[Document]], encode: Callable[[str], list[int]],
+                 eos_id: int, seq_len: int, heldout: float, cursor: Cursor = Cursor()):
+        self.documents, self.encode, self.eos_id = documents, encode, eos_id
+        self.seq_len, self.heldout = seq_len, heldout
+        self.cursor = cursor  # where the next sequence starts
+        self._segments: deque[list] = deque()  # [epoch, doc index, start offset, tokens]
+        self._buffered = 0  # tokens in _segments from their start offsets on
+        self._resume_offset = cursor.offset  # applies to the first document read, once
+        self._docs = self._training_docs(cursor)
+
+    def _training_docs(self, start: Cursor) -> Iterator[tuple[int, int, list[int]]]:
+        epoch, first = start.epoch, True
+        while True:
+            index, seen = 0, False
+            for doc in self.documents():
+                if is_heldout(doc.text, self.heldout):
+                    continue
+                seen = True
+                if first and index < start.doc:
+                    index += 1
+                    continue
+                yield epoch, index, self.encode(doc.text) + [self.eos_id]
+                index += 1
+            if not seen:
+                raise SeqError("no training documents: every document of the training domains is held out "
+                               "or the domains are empty", hint="check data.train_domains and data.heldout")
+            epoch, first = epoch + 1, False
+
+    def _fill(self, need: int) -> None:
+        while self._buffered < need:
+            epoch, index, tokens = next(self._docs)
+            offset, self._resume_offset = self._resume_offset, 0
+            self._segments.append([epoch, index, offset, tokens])
+            self._buffered += len(tokens) - offset
+
+    def next(self) -> torch.Tensor:
+        """The next sequence, (T + 1,) int64; advances the cursor by T tokens."""
+        T = self.seq_len
+        self._fill(T + 1)
+        out, need = [], T + 1
+        for epoch, index, start, tokens in self._segments:
+            take = tokens[start: start + need]
+            out.extend(take)
+            need -= len(take)
+            if need == 0:
+                break
+        advance = T
+        while advance:
+            seg = self._segments[0]
+            left = len(seg[3]) - seg[2]
+            if left > advance:
+                seg[2] += advance
+                self._buffered -= advance
+                advance = 0
+            else:
+                self._segments.popleft()
+                self._buffered -= left
+                advance -= left
+        self._fill(1)
+        epoch, index, start, _ = self._segments[0]
+        self.cursor = Cursor(epoch, index, start)
+        return torch.tensor(out, dtype=torch.long)
+
+    def batch(self, n: int) -> torch.Tensor:
+        """The next n sequences, (n, T + 1)."""
+        return torch.stack([self.next() for _ in range(n)])

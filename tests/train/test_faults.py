@@ -1,0 +1,103 @@
+"""Bad input and failures mid-run give one readable message (exit 2, no traceback) and lose
+nothing: a missing or corrupt data file, a damaged checkpoint, a NaN loss."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from seqdsl.cli.main import main
+from seqdsl.train import run as run_module
+from tests.train.helpers import micro_run_args
+
+
+def _one_message(capsys) -> str:
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert err.startswith("error: ")
+    return err
+
+
+def test_missing_data_file_is_one_message(tmp_path, capsys):
+    args = micro_run_args(tmp_path) + ["--set", f'data.files=["{tmp_path}/nowhere/*.jsonl"]',
+                                       "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    assert "data file not found" in _one_message(capsys)
+
+
+def test_corrupt_data_file_is_one_message(tmp_path, capsys):
+    bad = tmp_path / "bad" / "web"
+    bad.mkdir(parents=True)
+    (bad / "web_00.jsonl.zst").write_bytes(b"this is not zstd" * 8)
+    args = micro_run_args(tmp_path) + ["--set", f'data.files=["{bad}"]', "--out", str(tmp_path / "run")]
+    assert main(args) == 2
+    err = _one_message(capsys)
+    assert "cannot read data file" in err and "web_00.jsonl.zst" in err
+
+
+def _trained(tmp_path) -> tuple[list[str], str]:
+    args = micro_run_args(tmp_path, steps=4) + ["--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    return args, (tmp_path / "run" / "checkpoints" / "latest").read_text()
+
+
+@pytest.mark.parametrize("damage", ["flip_weights", "truncate_optimizer", "garble_state", "remove_weights"])
+def test_damaged_checkpoint_is_refused_with_one_message(tmp_path, capsys, damage):
+    args, latest = _trained(tmp_path)
+    ckpt = tmp_path / "run" / "checkpoints" / latest
+    if damage == "flip_weights":
+        data = bytearray((ckpt / "model.safetensors").read_bytes())
+        data[-5] ^= 0xFF
+        (ckpt / "model.safetensors").write_bytes(bytes(data))
+    elif damage == "truncate_optimizer":
+        data = (ckpt / "optimizer.pt").read_bytes()
+        (ckpt / "optimizer.pt").write_bytes(data[: len(data) // 2])
+    elif damage == "garble_state":
+        (ckpt / "state.json").write_text("{not json")
+    else:
+        (ckpt / "model.safetensors").unlink()
+    capsys.readouterr()
+    assert main(args + ["--resume", "--tokens", str(8 * 4 * 16)]) == 2
+    err = _one_message(capsys)
+    assert f"checkpoint {ckpt} is damaged" in err
+
+
+def test_resume_without_checkpoint_is_one_message(tmp_path, capsys):
+    args = micro_run_args(tmp_path) + ["--out", str(tmp_path / "empty"), "--resume"]
+    assert main(args) == 2
+    assert "no checkpoint to resume from" in _one_message(capsys)
+
+
+def test_resume_with_another_config_is_refused(tmp_path, capsys):
+    args, _ = _trained(tmp_path)
+    capsys.readouterr()
+    assert main(args + ["--resume", "--lr", "0.5"]) == 2
+    assert "the config differs" in _one_message(capsys)
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
+    real = run_module.CausalLoss.forward
+    calls = {"n": 0}
+
+    def nan_at_step_5(self, inputs, targets):
+        calls["n"] += 1
+        loss = real(self, inputs, targets)
+        return loss * torch.nan if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(run_module.CausalLoss, "forward", nan_at_step_5)
+    run = tmp_path / "run"
+    args = micro_run_args(tmp_path, steps=8) + ["--out", str(run)]
+    assert main(args) == 2
+    err = _one_message(capsys)
+    assert "the loss became nan at step 5; training stopped" in err
+    assert "step_00000004" in err
+    assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]
+    assert [r for r in rows if r["kind"] == "event"] == [
+        {"kind": "event", "step": 4, "event": "nan", "detail": "loss nan"}]
+    # the kept checkpoint is good: the run resumes from it (the patched forward is gone)
+    monkeypatch.setattr(run_module.CausalLoss, "forward", real)
+    assert main(args + ["--resume"]) == 0
