@@ -66,20 +66,21 @@ def chunk_tiling(ctx: MixerContext):
     """Chunk sizes the Triton kernels cannot tile run on the reference path.
 
     Why: the generated Triton kernels for chunk selection process a chunk as one tile whose
-    size is a power of two of at least 16 (tl.arange needs a power of two; tensor-core tiles
-    are multiples of 16). Any other size is still correct, but runs on the PyTorch reference
-    path, which materialises T x T scores: slow and memory-hungry at long context. The rule
-    reads the generated kernels' support table (seqdsl/ir/support.py), as the planner does.
+    size is a power of two from 16 to 128 (tl.arange needs a power of two; tensor-core tiles
+    are multiples of 16; the backward holds a whole chunk's keys and gradients in one program).
+    Any other size is still correct, but runs on the PyTorch reference path, which
+    materialises T x T scores: slow and memory-hungry at long context. The rule reads the
+    generated kernels' support table (seqdsl/ir/support.py), as the planner does.
 
     Paper: the Top-1 chunk mixers use chunks of 128.
 
-    Fix: a power of two >= 16, e.g. `chunk(128)`."""
+    Fix: a power of two from 16 to 128, e.g. `chunk(128)`."""
     sel = ctx.mixer.select
     if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and support.chunk_tiling(sel.over.size):
         yield Finding(
             f"{support.chunk_tiling(sel.over.size)}; the reference (PyTorch) path is used",
             ctx.span("select", "over", "size"), "speed: the reference path materialises T x T scores",
-            "a power of two >= 16, e.g. 128")
+            "a power of two from 16 to 128, e.g. 128")
 
 
 @rule("W003", "no-fast-path", "W", "warning")

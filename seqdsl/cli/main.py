@@ -20,6 +20,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "explain": ("seqdsl.cli.explain", "explain a checker rule (e.g. `seqdsl explain V001`)"),
     "fmt": ("seqdsl.cli.fmt", "print specs in canonical form (or rewrite them with --write)"),
     "lower": ("seqdsl.cli.lower", "build the PyTorch model of a spec and show the path chosen per layer"),
+    "codegen": ("seqdsl.cli.codegen", "write the generated Triton source of a spec's Top-1 mixers"),
     "train": ("seqdsl.cli.train", "train a spec on a limited domain, evaluate it out of domain"),
     "eval": ("seqdsl.cli.eval", "evaluate a checkpoint: loss per domain at any context length"),
     "compare": ("seqdsl.cli.compare", "compare runs: OOD loss at matched training loss, table and plot"),

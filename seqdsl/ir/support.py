@@ -84,12 +84,16 @@ def fla(key: KernelKey) -> Support:
 
 TRITON_HEAD_DIMS = (16, 32, 64, 128)  # widths the generated kernels take as whole tiles
 TRITON_MIN_CHUNK = 16  # a chunk is loaded as one tile: a power of two >= 16 (tl.arange, tl.dot)
+# ... and at most 128 rows: the chunk backward holds a chunk's keys, values and their two
+# float32 gradient accumulators in one program (4 x 128 x 128 values fill an H100 SM)
+TRITON_MAX_CHUNK = 128
 
 
 def chunk_tiling(size: int) -> str:
     """Why the generated kernels cannot tile chunks of `size` ("" when they can)."""
-    if size < TRITON_MIN_CHUNK or not _pow2(size):
-        return f"chunk({size}) is not a power of two >= {TRITON_MIN_CHUNK}: the kernels load a chunk as one tile"
+    if size < TRITON_MIN_CHUNK or size > TRITON_MAX_CHUNK or not _pow2(size):
+        return (f"chunk({size}) is not a power of two in {TRITON_MIN_CHUNK}..{TRITON_MAX_CHUNK}: "
+                "the kernels load a chunk as one tile")
     return ""
 
 
@@ -108,6 +112,9 @@ def triton(key: KernelKey) -> Support:
                                  f"{', '.join(map(str, TRITON_HEAD_DIMS))}")
     if key.position == "alibi":
         return _no("triton", "ALiBi under selection is not generated (reference only)")
+    if key.score_bias:
+        return _no("triton", "an additive score bias (decay or positional relation) under selection is "
+                             "not generated (reference only)")
     if key.visibility != "full":
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
                              "(reference only)")

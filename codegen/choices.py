@@ -1,0 +1,70 @@
+"""The table from kernel-key choices to template holes, with an explicit "unsupported" channel.
+
+`plan(key)` turns a `KernelKey` into the holes of one template (`KernelPlan`), or raises
+`Unsupported` with the reason. The reasons come from `seqdsl.ir.support.triton`, the one
+statement of what the generated kernels accept (tests/kernels/test_codegen.py checks that the two
+agree on every key the IR can produce); the snippet tables below only say how each accepted
+choice is written.
+
+This module imports neither torch nor triton.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from seqdsl.errors import SeqError
+from seqdsl.ir import support
+from seqdsl.ir.key import KernelKey
+
+
+class Unsupported(SeqError):
+    """The key asks for something the generated kernels do not do (the reason says what)."""
+
+
+# visibility -> (predicate of `pos` (queries, [:, None]) and `cols` (keys, [None, :]), words)
+CAUSAL_SNIPPETS = {
+    "full": ("cols[None, :] <= pos[:, None]", "j <= i (causal)"),
+}
+# chunk score -> template switch; "lse" is refused by the support table (reason there)
+CHUNK_SCORES = {"max": "exact", "mean": "approx"}
+# (grad, value_grad) -> the element template's gradient mode
+ELEMENT_GRADS = {("ste", "hard"): "ste_hard", ("ste", "soft"): "ste_soft",
+                 ("none", "hard"): "none", ("none", "soft"): "none"}
+
+
+@dataclass(frozen=True)
+class KernelPlan:
+    template: str  # file under codegen/templates/
+    holes: tuple[tuple[str, object], ...]  # (name, value), in a stable order
+
+    def hole(self, name: str):
+        return dict(self.holes)[name]
+
+
+def _float(x: float) -> str:
+    """A Python literal that round-trips the float exactly (repr does)."""
+    return repr(float(x))
+
+
+def plan(key: KernelKey) -> KernelPlan:
+    """The template and its holes for `key`; `Unsupported` when the support table says no."""
+    verdict = support.triton(key)
+    if not verdict.ok:
+        raise Unsupported(f"no generated kernel for {key.slug()}: {verdict.reason}")
+    sel = key.select
+    causal, causal_doc = CAUSAL_SNIPPETS[key.visibility]
+    holes: dict[str, object] = {
+        "name": key.slug(),
+        "factor": _float(key.scale / key.temperature * math.log2(math.e)),
+        "grad_scale": _float(key.scale / key.temperature),
+        "dk": key.feature_dim, "dv": key.head_dim,
+        "causal": causal, "causal_doc": causal_doc,
+    }
+    if sel.over == "element":
+        holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
+        return KernelPlan("element.py.jinja", tuple(holes.items()))
+    holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
+                 inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))
+    return KernelPlan("chunk.py.jinja", tuple(holes.items()))

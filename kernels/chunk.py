@@ -1,0 +1,171 @@
+"""Top-1 chunk selection (Exact and Approx) on the generated kernels: forward, decode, backward.
+
+Shape legend: q, k (B, T, H, Dk); v, o, dO (B, T, H, Dv); C chunk size, N = ceil(T / C) chunks,
+N_full = T // C complete chunks; per-query rows (B*H, T): sel (int32, -1 = no candidate), lse,
+lsec, gate (float32, log2 units); kbar (B, N_full, H, Dk) float32 mean keys (Approx).
+
+Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
+    forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
+              select     -> sel (+ lsec, gate for the STE): scores of every candidate chunk, arg-max
+              [bucket    -> perm, starts: queries sorted by selected chunk, torch.sort, O(T log T)]
+              attn_fwd   -> per key chunk: the queries that selected it (partial o, lse)
+              attn_local -> (local chunk on) each query's own chunk, merged by log-sum-exp
+    backward  attn_bwd   -> dq (two parts, atomically added), dk, dv; + the gate's gradient into dk (Exact: each
+                            candidate chunk's best key; Approx without local: own partial mean)
+              gate_dq    -> the gate's gradient into dq (STE only)
+              gate_dkbar -> the gate's gradient into the mean keys (Approx, STE), / C onto keys
+Nothing is O(T^2) in memory. The Exact selection (and its STE gradient) reads every earlier key:
+O(T^2 Dk) FLOPs; Approx scores N mean keys: O(T^2 Dk / C).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey
+from seqdsl.kernels import launch
+from seqdsl.kernels.cache import load
+from seqdsl.kernels.element import triton_cdiv
+
+_BLOCK_C = 16  # chunk means per tile (Approx)
+
+
+def _block_m(key: KernelKey, cfg: dict) -> int:
+    return min(cfg["BLOCK_M"], key.select.chunk)  # divides the chunk: one chunk per program
+
+
+def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
+    """(B, N_full, H, Dk) float32: the mean key of each complete chunk (Approx's chunk score)."""
+    B, T, H, Dk = k.shape
+    C = key.select.chunk
+    full = T // C
+    if full == 0:
+        return torch.zeros(B, 1, H, Dk, dtype=torch.float32, device=k.device)  # never read
+    return k[:, : full * C].view(B, full, C, H, Dk).mean(2, dtype=torch.float32).contiguous()
+
+
+def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
+    """The mean keys Approx scores with (a placeholder for Exact, which reads the keys)."""
+    if key.select.score == "mean":
+        return mean_keys(key, k)
+    return torch.zeros(1, 1, 1, 1, dtype=torch.float32, device=k.device)  # Exact reads keys
+
+
+def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bool):
+    """(sel, lsec, gate), each (B*H, T); lsec and gate are empty unless with_stats."""
+    mod = load(key)
+    B, T, H, _ = q.shape
+    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
+    bm = _block_m(key, cfg)
+    sel = torch.empty(B * H, T, dtype=torch.int32, device=q.device)
+    n = T if with_stats else 0
+    lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
+    gate = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
+    getattr(mod, f"{key.slug()}_select")[(triton_cdiv(T, bm), B * H)](
+        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), T, T, 0, H,
+        WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_BLOCK_C, PREC=launch.precision(q.dtype),
+        **launch.launch_opts(cfg))
+    return sel, lsec, gate
+
+
+def bucket(sel: Tensor, n_chunks: int) -> tuple[Tensor, Tensor]:
+    """perm (B*H, T) int32: queries in order of their selected chunk (none first, stable);
+    starts (B*H, n_chunks + 1) int32: where chunk c's queries begin in perm."""
+    ordered, perm = torch.sort(sel, dim=-1, stable=True)
+    bounds = torch.arange(n_chunks + 1, dtype=sel.dtype, device=sel.device).expand(sel.shape[0], -1)
+    starts = torch.searchsorted(ordered, bounds.contiguous())
+    return perm.to(torch.int32).contiguous(), starts.to(torch.int32).contiguous()
+
+
+def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool):
+    """(o, saved): o (B, T, H, Dv) and what the backward needs (a dict of tensors)."""
+    mod = load(key)
+    B, T, H, _ = q.shape
+    Dv = v.shape[-1]
+    C = key.select.chunk
+    n_chunks = triton_cdiv(T, C)
+    kbar = kbar_for(key, k)
+    sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
+    perm, starts = bucket(sel, n_chunks)
+    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
+    bm = _block_m(key, cfg)
+    o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
+    lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
+    local = key.select.local
+    # local: the selected part goes to (o_sel, lse_sel) and attn_local merges it into (o, lse);
+    # otherwise the selected chunk is all a query attends, written straight to (o, lse)
+    o_sel = torch.empty(B * H, T if local else 0, Dv, dtype=v.dtype, device=v.device)
+    lse_sel = torch.full((B * H, T if local else 0), float("-inf"), dtype=torch.float32, device=q.device)
+    common = dict(BLOCK_M=bm, PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    getattr(mod, f"{key.slug()}_attn_fwd")[(n_chunks, B * H)](
+        q, k, v, perm, starts, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, n_chunks, **common)
+    if local:
+        getattr(mod, f"{key.slug()}_attn_local")[(triton_cdiv(T, bm), B * H)](
+            q, k, v, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, **common)
+    saved = dict(sel=sel, lsec=lsec, gate=gate, lse=lse, perm=perm, starts=starts, kbar=kbar)
+    return o, saved
+
+
+def _rows(x: Tensor) -> Tensor:
+    """(B, T, H, D) -> (B*H, T, D) contiguous float32."""
+    B, T, H, D = x.shape
+    return x.float().permute(0, 2, 1, 3).reshape(B * H, T, D)
+
+
+def _unrows(x: Tensor, B: int, H: int, like: Tensor) -> Tensor:
+    BH, T, D = x.shape
+    return x.view(B, H, T, D).permute(0, 2, 1, 3).to(like.dtype).contiguous()
+
+
+def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, saved: dict):
+    """(dq, dk, dv): the attention's gradients, plus the STE gate's (grad = ste)."""
+    mod = load(key)
+    name = key.slug()
+    B, T, H, Dk = q.shape
+    Dv = v.shape[-1]
+    C = key.select.chunk
+    n_chunks = triton_cdiv(T, C)
+    ste = key.select.grad == "ste"
+    do = do.contiguous()
+    delta = (_rows(do) * _rows(o)).sum(-1).contiguous()  # D_i = dO_i . o_i = dL/dG_i
+    gg = (delta * saved["gate"]).contiguous() if ste else delta  # dL/dG_i * G_i
+    cfg = launch.tiles(Dk, q.dtype, train=True)
+    bm = _block_m(key, cfg)
+    f32 = dict(dtype=torch.float32, device=q.device)
+    dq_acc = torch.zeros(B * H, T, Dk, **f32)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
+    common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    getattr(mod, f"{name}_attn_bwd")[(n_chunks, B * H)](
+        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"], gg,
+        dq_acc, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=bm, **common)
+    if not ste:
+        return _unrows(dq_acc, B, H, q), dk, dv
+    kbar = saved["kbar"]
+    dq = torch.empty_like(q)
+    getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
+        q, k, kbar, saved["sel"], saved["lsec"], gg, dq_acc, dq, *launch.strides(q, k, kbar), T, H,
+        BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
+    full = T // C
+    if key.select.score == "mean" and full > 1:  # queries of chunk >= 1 score complete chunks
+        dkbar = torch.zeros(B * H, full, Dk, **f32)
+        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _BLOCK_C), B * H)](
+            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full,
+            BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
+        # each key of a complete chunk gets 1/C of its mean key's gradient
+        spread = (dkbar / C).view(B, H, full, 1, Dk).permute(0, 2, 3, 1, 4)
+        dk[:, : full * C] = (dk[:, : full * C].float().view(B, full, C, H, Dk) + spread).view(B, full * C, H, Dk).to(dk.dtype)
+    return dq, dk, dv
+
+
+def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """(B, 1, H, Dv): the newest query (position L - 1) against the cache k, v (B, L, H, *)."""
+    mod = load(key)
+    B, _, H, Dk = q.shape
+    L = k.shape[1]
+    o = torch.empty(B, 1, H, v.shape[-1], dtype=v.dtype, device=v.device)
+    kbar = kbar_for(key, k)
+    getattr(mod, f"{key.slug()}_decode")[(B * H,)](
+        q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_BLOCK_C,
+        PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, q.dtype, train=False)))
+    return o

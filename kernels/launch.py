@@ -1,0 +1,91 @@
+"""Launch helpers shared by the Top-1 runtimes: tile sizes, dot precision, strides.
+
+Shape legend: q, k (B, T, H, Dk); v (B, T, H, Dv); per-row statistics (B*H, T).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch import Tensor
+
+
+def interpreted() -> bool:
+    """Triton runs its kernels in numpy (CPU tests): tiles are kept small there."""
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    _interpreter_index_fix()
+    return True
+
+
+_FIXED = []
+
+
+def _interpreter_index_fix() -> None:
+    """Triton 3.6's interpreter turns a scalar (a 1-element numpy array) into a loop bound with
+    int(array), which numpy >= 2.3 refuses for arrays of one dimension ("only 0-dimensional
+    arrays can be converted"): every `for i in range(lo, hi)` with a runtime bound fails. Patch
+    its tensor's __index__ to read the element explicitly. Interpreter (CPU tests) only."""
+    if _FIXED:
+        return
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:  # another Triton: nothing to fix, or a different layout
+        _FIXED.append(True)
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    interpreter._patch_lang_tensor = patched
+    _FIXED.append(True)
+
+
+def precision(dtype: torch.dtype) -> str:
+    """tl.dot input precision: exact float32 products (selections then match a float64
+    reference up to genuine near-ties); bf16/fp16 dots ignore it."""
+    return "ieee" if dtype == torch.float32 else "tf32"
+
+
+def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
+    """Tile sizes and launch options for head dim `dim` (a whole tile: 16..128). float32 tiles
+    are twice as large in shared memory: one pipeline stage (a 128-wide float32 chunk tile with
+    two stages overflows the H100's 227 KiB)."""
+    if interpreted():
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    wide = dtype == torch.float32
+    if train:
+        return dict(BLOCK_M=32 if wide else 64, BLOCK_N=64, num_warps=4 if dim <= 64 else 8,
+                    num_stages=1 if wide or dim > 64 else 2)
+    return dict(BLOCK_M=64 if wide else 128, BLOCK_N=64 if dim > 64 or wide else 128, num_warps=8,
+                num_stages=1 if wide else 3)
+
+
+def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
+    """(dk/dv kernel, dq kernel) tiles for the element backward: the kernel that holds keys takes
+    many keys and few queries per step, the one that holds queries the reverse (the shapes of
+    Triton's fused-attention tutorial for Hopper)."""
+    if interpreted() or dtype == torch.float32:
+        cfg = tiles(dim, dtype, train=True)
+        return cfg, cfg
+    return (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
+            dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
+
+
+def strides(*ts: Tensor) -> list[int]:
+    """(batch, time, head) strides of each (B, T, H, D) tensor, flattened."""
+    out: list[int] = []
+    for t in ts:
+        out += [t.stride(0), t.stride(1), t.stride(2)]
+    return out
+
+
+def launch_opts(cfg: dict) -> dict:
+    return {k: cfg[k] for k in ("num_warps", "num_stages")}
+
+
+def blocks(cfg: dict, *names: str) -> dict:
+    return {k: cfg[k] for k in names}

@@ -1,0 +1,137 @@
+"""torch.library custom ops around the generated Top-1 kernels, one set per kernel key.
+
+Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd). Each op has a fake
+(meta) implementation, so `torch.compile` traces through a model without graph breaks, and the
+training op has its backward registered with `register_autograd`. The ops take (B, T, H, D)
+contiguous tensors of one dtype; the differentiable entry point is `seqdsl.kernels.top1.run`.
+
+Shape legend: q, k (B, T, H, Dk); v, o (B, T, H, Dv); per-query rows (B*H, T); N chunks.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey
+from seqdsl.kernels import chunk, element
+
+
+@dataclass(frozen=True)
+class Ops:
+    infer: Callable  # (q, k, v) -> o, no autograd
+    train: Callable  # (q, k, v) -> (o, *saved), differentiable in q, k, v through o
+
+
+def _rows(q: Tensor, dtype) -> Tensor:
+    B, T, H, _ = q.shape
+    return q.new_empty(B * H, T, dtype=dtype)
+
+
+def _element_ops(key: KernelKey) -> Ops:
+    slug = key.slug()
+
+    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return element.forward(key, q, k, v, with_soft=False)[0]
+
+    @infer.register_fake
+    def _(q, k, v):
+        return v.new_empty(*q.shape[:3], v.shape[-1])
+
+    ste = key.select.grad == "ste"  # grad = none: the backward needs the arg-max alone
+
+    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        return element.forward(key, q, k, v, with_soft=ste)
+
+    @train.register_fake
+    def _(q, k, v):
+        B, T, H, _ = q.shape
+        o = v.new_empty(B, T, H, v.shape[-1])
+        n = T if ste else 0
+        return (o, _rows(q, torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
+                o.new_empty(B, n, H, v.shape[-1], dtype=torch.float32))
+
+    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    def bwd(q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
+            o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return element.backward(key, q, k, v, do, idx, lse, o_soft)
+
+    @bwd.register_fake
+    def _(q, k, v, do, idx, lse, o_soft):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_context(ctx, inputs, output):
+        q, k, v = inputs
+        _, idx, lse, o_soft = output
+        ctx.save_for_backward(q, k, v, idx, lse, o_soft)
+        ctx.mark_non_differentiable(idx, lse, o_soft)
+
+    def backward(ctx, do, *_):
+        return bwd(*ctx.saved_tensors[:3], do, *ctx.saved_tensors[3:])
+
+    train.register_autograd(backward, setup_context=setup_context)
+    return Ops(infer, train)
+
+
+_CHUNK_SAVED = ("sel", "lsec", "gate", "lse", "perm", "starts")
+
+
+def _chunk_ops(key: KernelKey) -> Ops:
+    slug = key.slug()
+    ste = key.select.grad == "ste"
+    C = key.select.chunk
+
+    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return chunk.forward(key, q, k, v, with_stats=False)[0]
+
+    @infer.register_fake
+    def _(q, k, v):
+        return v.new_empty(*q.shape[:3], v.shape[-1])
+
+    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        o, saved = chunk.forward(key, q, k, v, with_stats=ste)
+        return (o, *(saved[name] for name in _CHUNK_SAVED))
+
+    @train.register_fake
+    def _(q, k, v):
+        B, T, H, _ = q.shape
+        stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
+        n_chunks = (T + C - 1) // C
+        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape),
+                _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32))
+
+    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, sel: Tensor, lsec: Tensor, gate: Tensor,
+            lse: Tensor, perm: Tensor, starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, lse, perm, starts)), kbar=chunk.kbar_for(key, k))
+        return chunk.backward(key, q, k, v, o, do, saved)
+
+    @bwd.register_fake
+    def _(q, k, v, o, do, *saved):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_context(ctx, inputs, output):
+        o, *saved = output
+        ctx.save_for_backward(*inputs, o, *saved)
+        ctx.mark_non_differentiable(*saved)
+
+    def backward(ctx, do, *_):
+        q, k, v, o, *saved = ctx.saved_tensors
+        return bwd(q, k, v, o, do, *saved)
+
+    train.register_autograd(backward, setup_context=setup_context)
+    return Ops(infer, train)
+
+
+@functools.lru_cache(maxsize=None)
+def ops_for(key: KernelKey) -> Ops:
+    """The custom ops of `key`, registered once per process."""
+    return _element_ops(key) if key.select.over == "element" else _chunk_ops(key)

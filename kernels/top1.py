@@ -1,0 +1,154 @@
+"""The entry points the planner calls for a Top-1 mixer whose key the Triton table admits.
+
+    bind(key) -> Top1Kernel         checks the key, registers its custom ops; call it as
+                                    kernel(q, k, v) -> o (differentiable, torch.compile-safe:
+                                    bind outside the compiled region, as a module's attribute)
+    run(key, q, k, v) -> o          bind(key)(q, k, v)
+    decode(key, q, k, v) -> o       the newest query (one row) against the whole cache
+    self_check(key, dtype, device)  (ok, detail): outputs and every gradient vs the reference
+
+Shape legend: q, k (B, T, H, Dk) after RoPE; v, o (B, T, H, Dv); decoding: q (B, 1, H, Dk)
+at position L - 1 of a cache k (B, L, H, Dk), v (B, L, H, Dv). scale and temperature come from
+the key (`key.scale`, `key.temperature`): the same numbers seqdsl/lower passes the reference.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir import support
+from seqdsl.ir.key import KernelKey
+from seqdsl.reference import top1 as top1_ref
+
+
+def _checked(key: KernelKey) -> None:
+    verdict = support.triton(key)
+    if not verdict.ok:
+        raise ValueError(f"the generated Top-1 kernels cannot run {key.slug()}: {verdict.reason}")
+
+
+def _prepare(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    return q.contiguous(), k.contiguous(), v.contiguous()
+
+
+class Top1Kernel:
+    """The generated kernels of one key, ready to call (what a mixer module holds)."""
+
+    def __init__(self, key: KernelKey):
+        from seqdsl.kernels.ops import ops_for
+
+        _checked(key)
+        self.key = key
+        self.ops = ops_for(key)
+
+    def __call__(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        """(B, T, H, Dv) the Top-1 mixer output, with the gradients reference/top1.py defines.
+        The training op (keeping what the backward needs) runs only when a gradient is asked."""
+        q, k, v = _prepare(q, k, v)
+        if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+            return self.ops.train(q, k, v)[0]
+        return self.ops.infer(q, k, v)
+
+    def decode(self, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return decode(self.key, q, k, v)
+
+
+_BOUND: dict[KernelKey, Top1Kernel] = {}
+# the same kernels by the identity of the key objects seen (kept alive by _BOUND's entries and
+# here): torch.compile guards on an object's identity, not on a dataclass's value, so a lookup by
+# value inside a compiled region could be reused for another key; one by id() is guarded
+_BY_ID: dict[int, tuple[KernelKey, Top1Kernel]] = {}
+
+
+def bind(key: KernelKey) -> Top1Kernel:
+    """The kernels of `key`, checked and registered once per process."""
+    kernel = _BOUND.get(key)
+    if kernel is None:
+        kernel = _BOUND[key] = Top1Kernel(key)
+    _BY_ID[id(key)] = (key, kernel)
+    return kernel
+
+
+def run(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """bind(key)(q, k, v). Under torch.compile(fullgraph=True) this key object must have been
+    bound (or run) once outside the compiled region: binding checks the key, registers the
+    custom ops, and records the object for the guarded lookup."""
+    seen = _BY_ID.get(id(key))
+    return (seen[1] if seen is not None else bind(key))(q, k, v)
+
+
+def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """(B, 1, H, Dv) for the query at position L - 1 (no gradient: generation)."""
+    from seqdsl.kernels import chunk, element
+
+    _checked(key)
+    q, k, v = _prepare(q, k, v)
+    if q.shape[1] != 1:
+        raise ValueError(f"decode takes one query row, got {q.shape[1]}")
+    with torch.no_grad():
+        if key.select.over == "element":
+            return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1)[0]
+        return chunk.decode(key, q, k, v)
+
+
+def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it."""
+    sel = key.select
+    if sel.over == "element":
+        return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
+                                         grad=sel.grad, value_grad=sel.value_grad)
+    return top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+                                   temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
+
+
+# norm-relative tolerances against the float64 reference, by input dtype. Wider than the kernels'
+# usual error (float32 ~1e-6, bf16 ~3e-3) because a selection may flip on a genuine near-tie: a
+# whole output row or one key's gate gradient then differs (measured on an H100: float32 5e-4 for
+# Exact's gate at T = 2125; bf16 Approx 2.7e-2). A wrong kernel is off by far more.
+TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 1e-2}
+
+
+def compare(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor) -> dict[str, float]:
+    """Norm-relative error of the output and of dq, dk, dv against the float64 reference."""
+    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+    out = run(key, *leaves)
+    out.backward(do.to(out.dtype))
+    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = reference(key, *ref_leaves)
+    ref.backward(do.double())
+    errors = {}
+    for name, got, want in zip(("o", "dq", "dk", "dv"), [out] + [t.grad for t in leaves],
+                               [ref] + [t.grad for t in ref_leaves]):
+        got = torch.zeros_like(want) if got is None else got.double()
+        scale = want.norm().item()
+        diff = (got - want).norm().item()
+        errors[name] = diff / scale if scale > 0 else diff
+    return errors
+
+
+@functools.lru_cache(maxsize=None)
+def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -> tuple[bool, str]:
+    """(True, "") when the generated kernels match the reference here (outputs and every
+    gradient, random inputs over a few chunks with a partial last one); else (False, why). The
+    first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
+    device = torch.device(device)
+    sel = key.select
+    T = 2 * sel.chunk + 5 if sel.over == "chunk" else 77
+    gen = torch.Generator().manual_seed(0)
+    shapes = [(2, T, 2, d) for d in (key.feature_dim, key.feature_dim, key.head_dim)] + [(2, T, 2, key.head_dim)]
+    q, k, v, do = (torch.randn(*s, generator=gen).to(device=device, dtype=dtype) for s in shapes)
+    try:
+        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+            errors = compare(key, q, k, v, do)
+    except Exception as err:  # the kernel failed to compile or run here: that is the finding
+        return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    tol = TOLERANCE.get(dtype, 1e-4)
+    for name, err in errors.items():
+        if not err <= tol:  # also catches nan
+            return False, f"{name} differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+    return True, ""

@@ -1,0 +1,176 @@
+"""The generated Top-1 kernels against the float64 reference (seqdsl/reference/top1.py).
+
+Outputs and every gradient (dq, dk, dv), norm-relative, over random batch, heads, lengths
+(T = 1, T < chunk, T = k * chunk +- 1, lengths no tile divides), head dims 16-128, every gradient
+mode, temperatures, and adversarial inputs: "grid" data (multiples of 1/8 with power-of-two scale
+and temperature, so every score is exact in float32 and float64 and ties are everywhere, within
+and across chunks, duplicated keys included), and float data at tiny and huge magnitudes.
+On CPU the kernels run under TRITON_INTERPRET=1 (tests/kernels/conftest.py): shapes stay small.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from seqdsl.kernels import top1
+from tests.kernels.keys import variant
+
+FAST = settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+TOL = {torch.float32: 1e-5, torch.float16: 5e-3}
+
+
+def make_inputs(B, T, H, dk, dv, *, data: str, magnitude: float, seed: int, duplicate: bool, dtype=torch.float32):
+    gen = torch.Generator().manual_seed(seed)
+    shapes = [(B, T, H, dk), (B, T, H, dk), (B, T, H, dv), (B, T, H, dv)]
+    if data == "grid":  # exact scores: ties are real ties in every precision
+        q, k, v, do = (torch.randint(-8, 9, s, generator=gen).float() / 8 for s in shapes)
+    else:
+        q, k, v, do = (torch.randn(*s, generator=gen) for s in shapes)
+        q = q * magnitude
+    # duplicated keys: a later copy of an earlier key ties with it. Grid data only: with float data
+    # a tie between a complete chunk's mean (q . mean k) and the own chunk's partial mean (mean of
+    # q . k) is decided by rounding, in the reference as much as in a kernel
+    if duplicate and data == "grid" and T > 2:
+        k[:, T // 2:] = k[:, : T - T // 2]
+    return [t.to(dtype) for t in (q, k, v, do)]
+
+
+def assert_matches(key, inputs, dtype=torch.float32):
+    errors = top1.compare(key, *inputs)
+    bad = {name: err for name, err in errors.items() if not err <= TOL[dtype]}
+    assert not bad, f"{key.select}: relative errors {errors}"
+
+
+shapes = st.fixed_dictionaries(dict(
+    B=st.integers(1, 2), H=st.integers(1, 2),
+    dk=st.sampled_from([16, 32, 64, 128]), dv=st.sampled_from([16, 32, 64])))
+data_kinds = st.fixed_dictionaries(dict(
+    data=st.sampled_from(["grid", "float"]), magnitude=st.sampled_from([1e-3, 1.0, 30.0]),
+    duplicate=st.booleans(), seed=st.integers(0, 2**16)))
+
+
+@FAST
+@given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 2, 15, 16, 17, 33, 47]),
+       grad=st.sampled_from([("ste", "hard"), ("ste", "soft"), ("none", "hard")]),
+       temperature=st.sampled_from([0.5, 1.0, 2.0]))
+def test_element_kernels_match_reference(shape, kind, T, grad, temperature):
+    scale = 0.25 if kind["data"] == "grid" else None  # power of two keeps grid scores exact
+    key = variant("top1_element", dk=shape["dk"], dv=shape["dv"], scale=scale, temperature=temperature,
+                  grad=grad[0], value_grad=grad[1])
+    assert_matches(key, make_inputs(shape["B"], T, shape["H"], shape["dk"], shape["dv"], **kind))
+
+
+@FAST
+@given(shape=shapes, kind=data_kinds, chunk=st.sampled_from([16, 32]),
+       length=st.sampled_from(["one", "short", "k-1", "k", "k+1", "odd"]),
+       score=st.sampled_from(["max", "mean"]), local=st.booleans(), grad=st.sampled_from(["ste", "none"]),
+       temperature=st.sampled_from([0.5, 1.0, 2.0]))
+def test_chunk_kernels_match_reference(shape, kind, chunk, length, score, local, grad, temperature):
+    T = {"one": 1, "short": chunk - 3, "k-1": 2 * chunk - 1, "k": 2 * chunk, "k+1": 2 * chunk + 1,
+         "odd": 3 * chunk - 5}[length]
+    scale = 0.25 if kind["data"] == "grid" else None
+    key = variant("top1_chunk_exact", dk=shape["dk"], dv=shape["dv"], scale=scale, temperature=temperature,
+                  chunk=chunk, score=score, local=local, grad=grad)
+    assert_matches(key, make_inputs(shape["B"], T, shape["H"], shape["dk"], shape["dv"], **kind))
+
+
+@pytest.mark.parametrize("spec", ["top1_element", "top1_chunk_exact", "top1_chunk_approx"])
+def test_kernels_in_float16_match_reference(spec):
+    chunk = {} if spec == "top1_element" else {"chunk": 16}
+    key = variant(spec, dk=32, dv=32, **chunk)
+    inputs = make_inputs(1, 37, 2, 32, 32, data="float", magnitude=1.0, seed=3, duplicate=False,
+                         dtype=torch.float16)
+    assert_matches(key, inputs, torch.float16)
+
+
+@pytest.mark.parametrize("spec,local", [("top1_element", False), ("top1_chunk_exact", True),
+                                        ("top1_chunk_exact", False), ("top1_chunk_approx", True),
+                                        ("top1_chunk_approx", False)])
+def test_decode_matches_last_row_of_the_full_forward(spec, local):
+    """One query at position L - 1 against the cache: the reference's last output row."""
+    chunk = {} if spec == "top1_element" else {"chunk": 16, "local": local}
+    key = variant(spec, dk=16, dv=32, **chunk)
+    for L in (1, 16, 17, 40):
+        q, k, v, _ = make_inputs(2, L, 2, 16, 32, data="grid", magnitude=1.0, seed=L, duplicate=True)
+        want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
+        got = top1.decode(key, q[:, -1:], k, v)
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, L
+
+
+def test_chunk_zero_query_with_local_attends_its_prefix_only():
+    """A chunk-0 query with local = true has no candidates: plain causal attention on its prefix,
+    and the gate is exactly 0 (no gradient into any chunk score)."""
+    key = variant("top1_chunk_exact", dk=16, dv=16, chunk=16, local=True)
+    q, k, v, do = make_inputs(1, 16, 1, 16, 16, data="float", magnitude=1.0, seed=0, duplicate=False)
+    scores = torch.einsum("bihd,bjhd->bhij", q, k) * key.scale
+    w = torch.softmax(scores.masked_fill(torch.ones(16, 16).triu(1).bool(), float("-inf")), -1)
+    want = torch.einsum("bhij,bjhd->bihd", w, v)
+    got = top1.run(key, q, k, v)
+    assert ((got - want).norm() / want.norm()).item() < 1e-5
+
+
+def test_self_check_passes_for_a_shipped_spec():
+    key = variant("top1_chunk_approx", dk=16, dv=16, chunk=16)
+    assert top1.self_check(key, torch.float32, torch.device("cpu")) == (True, "")
+
+
+def test_self_check_reports_a_wrong_kernel(tmp_path, monkeypatch):
+    """A hand-edited kernel (SEQDSL_KERNEL_OVERRIDE) that drops the temperature is caught."""
+    from seqdsl import codegen
+    from seqdsl.kernels import cache
+
+    key = variant("top1_element", dk=16, dv=16, temperature=0.5)
+    source = codegen.render(key).source
+    assert "FACTOR = tl.constexpr(" in source
+    broken = source.replace(codegen.plan(key).hole("factor"), repr(key.scale * 1.4426950408889634), 1)
+    (tmp_path / f"{key.slug()}.py").write_text(broken)
+    monkeypatch.setenv("SEQDSL_KERNEL_OVERRIDE", str(tmp_path))
+    cache.load.cache_clear()
+    top1.self_check.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="hand-edited"):
+            ok, detail = top1.self_check(key, torch.float32, torch.device("cpu"))
+    finally:
+        cache.load.cache_clear()
+        top1.self_check.cache_clear()
+    assert not ok and "differs from the reference" in detail
+
+
+def test_model_compiles_without_graph_breaks():
+    """torch.compile(fullgraph=True) traces the planner's call, top1.run(key, ...), through the
+    custom ops (forward and autograd) in one graph, once the key has been bound; the same code
+    compiled for a second key (both bound first) runs that key's kernels, not the first's."""
+    keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16)]
+    kernels = [top1.bind(key) for key in keys]
+    for key, kernel in zip(keys, kernels):
+        q, k, v, _ = make_inputs(1, 20, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False)
+        leaves = [t.requires_grad_() for t in (q, k, v)]
+        compiled = torch.compile(lambda a, b, c: top1.run(key, a, b, c).square().sum(), backend="eager",
+                                 fullgraph=True)
+        compiled(*leaves).backward()
+        eager = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        kernel(*eager).square().sum().backward()
+        for got, want in zip(leaves, eager):
+            torch.testing.assert_close(got.grad, want.grad)
+
+
+def test_unsupported_key_is_refused_with_the_support_tables_reason():
+    key = variant("top1_chunk_exact", dk=16, dv=16, chunk=12)
+    with pytest.raises(ValueError, match="power of two"):
+        top1.bind(key)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("spec", ["top1_element", "top1_chunk_exact", "top1_chunk_approx"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dim", [64, 128])
+def test_kernels_on_gpu_at_large_shapes(spec, dtype, dim):
+    chunk = {} if spec == "top1_element" else {"chunk": 128}
+    key = variant(spec, dk=dim, dv=dim, **chunk)
+    inputs = make_inputs(2, 2048 + 77, 4, dim, dim, data="float", magnitude=1.0, seed=0, duplicate=False, dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
