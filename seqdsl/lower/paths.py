@@ -148,7 +148,8 @@ class PathChooser:
             return Plan(reference, "; ".join(f"{v.backend}: {v.reason}" for v in offers)
                         if len(offers) > 1 else offers[0].reason)
         if device.type != "cuda":
-            return Plan(reference, f"{' and '.join(v.op for v in accepted)} run on CUDA only")
+            verb = "runs" if len(accepted) == 1 else "run"
+            return Plan(reference, f"{' and '.join(v.op for v in accepted)} {verb} on CUDA only")
         usable, refused = [], []
         for verdict in accepted:
             known = _RUNTIMES[verdict.backend].known_refusal(key, verdict.op)
@@ -186,6 +187,12 @@ class PathChooser:
             _, timing = verdicts.cached(facts, device, lambda: (True, _race(key, passed, dtype, device)))
             chosen = next(v for v in passed if v.op == timing.split(":")[0])
             timing = f"; faster here ({timing.split(':', 1)[1].strip()})"
+        if chosen.backend == "triton":
+            # compile and register the kernels now, outside any torch.compile region: binding
+            # inside one would be traced (a graph break)
+            from seqdsl.kernels import top1
+
+            top1.bind(key)
         return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
                                f"{timing}{not_here}")
 
@@ -205,11 +212,15 @@ class PathChooser:
         path = self._plan_call(m.q).path
         if path.startswith("sdpa."):
             return _sdpa(self.key, m)
-        if path.startswith("triton.") and m.pos == 0 and m.q.shape[1] == m.k.shape[1]:
+        if path.startswith("triton."):
             from seqdsl.kernels import top1 as top1_kernels
 
-            return top1_kernels.run(self.key, m.q, m.k, m.v)
-        # decoding steps (a few queries against the cache) run on the reference
+            T, L = m.q.shape[1], m.k.shape[1]
+            if m.pos == 0 and T == L:
+                return top1_kernels.bind(self.key)(m.q, m.k, m.v)
+            if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
+                return top1_kernels.decode(self.key, m.q, m.k, m.v)
+        # a chunk of several queries against a cache runs on the reference
         return _attention_reference(self.key, m)
 
     # --- recurrent family --------------------------------------------------------------------------
