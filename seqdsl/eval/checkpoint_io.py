@@ -4,32 +4,25 @@ Accepts a run directory (its `checkpoints/latest`), a run's `checkpoints/` direc
 checkpoint directory `step_NNNNNNNN/` (the run-directory contract, docs/evaluation.md). The model
 is the one `spec.seq` declares (config.json's `model`, else the file's last), resized to
 config.json's `preset` when it names one, exactly as training built it; the weights are then
-loaded strictly, so a checkpoint that does not fit its spec is refused. When state.json lists
-SHA-256 digests of its files, they are checked first. Every failure is one CheckpointError.
-
-Read-only: the train branch's seqdsl/train/checkpoint.py writes checkpoints (and verifies them
-for --resume); at merge one verifier should remain (see the merge notes of the eval branch).
+loaded strictly, so a checkpoint that does not fit its spec is refused. Its files are first
+checked against the SHA-256 digests in state.json by the same verifier `--resume` uses
+(seqdsl/train/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from seqdsl.errors import SeqError, SeqFileError
+from seqdsl.errors import SeqError
+from seqdsl.train.checkpoint import LATEST, CheckpointError, verify
 
-LATEST = "latest"
 CHECKPOINTS = "checkpoints"
 WEIGHTS = "model.safetensors"
 STATE = "state.json"
 SPEC = "spec.seq"
 CONFIG = "config.json"
-
-
-class CheckpointError(SeqFileError):
-    """A checkpoint that is missing, incomplete or damaged."""
 
 
 @dataclass(frozen=True)
@@ -70,14 +63,6 @@ def locate(path: str | Path) -> tuple[Path, Path | None]:
     return root / name, run
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _read_json(path: Path, what: str) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -95,14 +80,7 @@ def read_checkpoint(path: str | Path) -> Checkpoint:
     for name in (WEIGHTS, STATE, SPEC):
         if not (ckpt / name).is_file():
             raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
-    state = _read_json(ckpt / STATE, "checkpoint state")
-    digests = state.get("files", {})
-    if isinstance(digests, dict):
-        for name, digest in digests.items():
-            if not (ckpt / name).is_file():
-                raise CheckpointError(f"checkpoint {ckpt} is damaged: {name} is missing")
-            if _sha256(ckpt / name) != digest:
-                raise CheckpointError(f"checkpoint {ckpt} is damaged: {name} does not match its hash")
+    state = verify(ckpt).state
     try:
         spec_text = (ckpt / SPEC).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -142,10 +142,13 @@ def verify(path: Path) -> Loaded:
     """A checkpoint directory whose files are all there and match the hashes in state.json."""
     try:
         state = json.loads((path / "state.json").read_text(encoding="utf-8"))
-        files = state["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except (OSError, ValueError) as err:
         raise CheckpointError(f"checkpoint {path} is damaged: cannot read state.json "
                               f"({type(err).__name__})") from None
+    files = state.get("files") if isinstance(state, dict) else None
+    if not isinstance(files, dict) or not files:
+        raise CheckpointError(f"checkpoint {path} is damaged: state.json lists no file hashes to check "
+                              "its files against")
     for name, digest in files.items():
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path} is damaged: {name} is missing")
