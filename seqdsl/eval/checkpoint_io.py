@@ -2,8 +2,8 @@
 
 Accepts a run directory (its `checkpoints/latest`), a run's `checkpoints/` directory, or one
 checkpoint directory `step_NNNNNNNN/` (the run-directory contract, docs/evaluation.md). The model
-is the one `spec.seq` declares (config.json's `model`, else the file's last), resized to
-config.json's `preset` when it names one, exactly as training built it; the weights are then
+is the one `spec.seq` declares: training writes the resolved model there (resized to its preset,
+with the tokenizer's vocabulary and the run's context), so it is built as it stands; the weights are then
 loaded strictly, so a checkpoint that does not fit its spec is refused. Its files are first
 checked against the SHA-256 digests in state.json by the same verifier `--resume` uses
 (seqdsl/train/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
@@ -98,9 +98,10 @@ def build_model(ckpt: Checkpoint, device):
     from seqdsl.ir.presets import model_at
     from seqdsl.lower.lm import LanguageModel
 
+    # spec.seq holds the model as trained (already resized to its preset, with the tokenizer's
+    # vocabulary and the run's context): build it as it stands, never resize it again
     program = seqdsl.loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
-    resized = model_at(program, ckpt.config.get("model"), ckpt.config.get("preset") or None)
-    program, model = resized.program, resized.model
+    model = model_at(program).model
     # built normally (not on the meta device) so that buffers the checkpoint does not store,
     # such as ALiBi slopes, are computed as in training
     lm = LanguageModel(program, model)

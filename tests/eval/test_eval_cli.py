@@ -149,3 +149,16 @@ def test_cli_rebuilds_the_runs_heldout_sets_through_the_data_pipeline(tmp_path, 
     assert set(evals) == {"docstrings", "code"}
     assert evals["docstrings"].in_domain and not evals["code"].in_domain
     assert all(p.seq_len == 16 and p.loss > 0 for p in evals.values())
+
+
+def test_eval_rebuilds_the_model_a_run_trained_at_a_preset(tmp_path):
+    """spec.seq holds the trained model (resized, renamed, the tokenizer's vocabulary): eval must
+    build it as it stands, not resize it again from config.json."""
+    from tests.train.helpers import micro_run_args
+
+    args = micro_run_args(tmp_path, steps=4)
+    args[1] = str(Path(__file__).resolve().parents[2] / "specs" / "transformer.seq")
+    run = tmp_path / "run"
+    assert main(args + ["--set", 'preset="tiny"', "--set", "seq_len=16", "--out", str(run)]) == 0
+    lm = build_model(read_checkpoint(run), "cpu")
+    assert lm.spec.name == "transformer_tiny" and lm.spec.context == 16
