@@ -17,6 +17,8 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import math
 from dataclasses import dataclass
 from typing import Literal
@@ -97,15 +99,16 @@ class KernelKey:
         return "scalar"
 
     def slug(self) -> str:
-        """A short, stable, identifier-safe name: custom-op names and cache file names use it."""
-        import hashlib
+        """A short, stable, identifier-safe name: custom-op names and cache file names use it.
+        Kernel launches ask for it, so it is computed once per key."""
+        return _slug(self)
 
-        digest = hashlib.sha256(repr(self).encode()).hexdigest()[:12]
-        if self.select is not None:
-            what = f"top{self.select.k}_{self.select.over}"
-        else:
-            what = self.family
-        return f"{what}_{digest}"
+
+@functools.lru_cache(maxsize=None)
+def _slug(key: KernelKey) -> str:
+    digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
+    what = f"top{key.select.k}_{key.select.over}" if key.select is not None else key.family
+    return f"{what}_{digest}"
 
 
 def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:

@@ -237,9 +237,12 @@ class MixerModule(nn.Module):
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
-        # a sum over the taps (= depthwise conv1d): CPU conv1d takes seconds per call in float64 on
-        # the few-token inputs of decoding (torch 2.13)
-        out = sum(full[:, s:s + T] * self.conv_weight[:, s] for s in range(size))
+        if u.device.type == "cpu":
+            # a sum over the taps (= depthwise conv1d): CPU conv1d takes seconds per call in
+            # float64 on the few-token inputs of decoding (torch 2.13)
+            out = sum(full[:, s:s + T] * self.conv_weight[:, s] for s in range(size))
+        else:  # one fused kernel on accelerators
+            out = F.conv1d(full.transpose(1, 2), self.conv_weight[:, None, :], groups=C).transpose(1, 2)
         return F.silu(out), full[:, full.shape[1] - (size - 1):]
 
     # --- forward -----------------------------------------------------------------------------------

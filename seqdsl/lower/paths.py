@@ -112,6 +112,7 @@ class PathChooser:
         self.force: str | None = _forced_from_env()
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
+        self._top1 = None  # the generated kernels, bound when a plan picks them
 
     def describe(self) -> dict[str, Plan]:
         """{device type: (path, reason)} for every device this mixer has run on."""
@@ -192,7 +193,7 @@ class PathChooser:
             # inside one would be traced (a graph break)
             from seqdsl.kernels import top1
 
-            top1.bind(key)
+            self._top1 = top1.bind(key)
         return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
                                f"{timing}{not_here}")
 
@@ -217,7 +218,7 @@ class PathChooser:
 
             T, L = m.q.shape[1], m.k.shape[1]
             if m.pos == 0 and T == L:
-                return top1_kernels.bind(self.key)(m.q, m.k, m.v)
+                return self._top1(m.q, m.k, m.v)  # bound once, when the plan chose it
             if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
                 return top1_kernels.decode(self.key, m.q, m.k, m.v)
         # a chunk of several queries against a cache runs on the reference
