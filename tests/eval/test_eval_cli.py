@@ -142,7 +142,6 @@ def test_missing_path_is_one_message(tmp_path, capsys):
 
 
 def test_cli_rebuilds_the_runs_heldout_sets_through_the_data_pipeline(tmp_path, capsys):
-    pytest.importorskip("seqdsl.data.heldout", reason="the data pipeline (seqdsl/data/heldout.py) is on the train branch")
     run, lm = write_run(tmp_path)
     assert main(["eval", str(run), "--domains", "docstrings,code"]) == 0
     evals = {p.domain: p for p in read_run(run).evals}

@@ -8,8 +8,8 @@ from the far past (Top-1 chunk queries must select chunk 0 among up to four earl
 One layer, width 64, length 64, chunks of 16.
 
 Representative specs of the softmax family, which the paper validates (Transformer++, Top-1
-element, Top-1 chunk). Mamba-2 is not among them: at its current initialisation (dt bias 0, see
-issue 8 item 2) it stayed at chance (2.18 nats after 80 steps) on this task.
+element, Top-1 chunk). Mamba-2 is not among them: with the dt bias at 0 (before the reference initialisation of
+seqdsl/lower/init.py) it stayed at chance (2.18 nats after 80 steps) on this task; not re-tried since.
 """
 
 from __future__ import annotations
