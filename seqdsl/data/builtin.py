@@ -26,9 +26,7 @@ from pathlib import Path
 
 from seqdsl.data.documents import Document
 
-MAX_CHARS = 2_000_000  # docstring characters kept by `builtin_text` (the test helper)
 DOMAINS = ("docstrings", "code", "manual")
-TRAIN_DOMAIN = "docstrings"
 MIN_DOCSTRING = 80
 MANUAL_PIECE = 2_000
 # folders of the standard library that are not part of it proper, or that are tests
@@ -126,17 +124,6 @@ def _corpus() -> tuple[dict[str, tuple[Document, ...]], str]:
 def builtin_documents(domain: str) -> tuple[Document, ...]:
     """The documents of one builtin domain, in file order."""
     return _corpus()[0][domain]
-
-
-def builtin_text(max_chars: int = MAX_CHARS) -> str:
-    """Up to `max_chars` characters of standard-library docstrings, separated by blank lines."""
-    parts, total = [], 0
-    for doc in builtin_documents("docstrings"):
-        parts.append(doc.text)
-        total += len(doc.text) + 2
-        if total >= max_chars:
-            break
-    return "\n\n".join(parts)[:max_chars]
 
 
 def digest() -> str:
