@@ -163,10 +163,15 @@ def at_test_size(mixer: nodes.Mixer) -> nodes.Mixer:
     if mixer.qk_groups != "auto":
         update["qk_groups"] = 1
     rel = mixer.relation
-    if isinstance(rel, nodes.Dot) and isinstance(rel.scale, float):
-        update["relation"] = rel.model_copy(update={"scale": max(-4.0, min(4.0, rel.scale))})
-    if isinstance(mixer.weights, nodes.Softmax) and isinstance(mixer.weights.temperature, float):
-        update["weights"] = nodes.Softmax(temperature=max(0.25, min(4.0, mixer.weights.temperature)))
+    def clamp(value, low, high):  # a learned value keeps being learned, from an initial value in range
+        if isinstance(value, nodes.Learned):
+            return nodes.Learned(init=max(0.25, min(4.0, value.init)))
+        return max(low, min(high, value))
+
+    if isinstance(rel, nodes.Dot) and rel.scale != "auto":
+        update["relation"] = rel.model_copy(update={"scale": clamp(rel.scale, -4.0, 4.0)})
+    if isinstance(mixer.weights, nodes.Softmax):
+        update["weights"] = nodes.Softmax(temperature=clamp(mixer.weights.temperature, 0.25, 4.0))
     if isinstance(mixer.position, nodes.Rope):
         update["position"] = nodes.Rope(base=max(2.0, mixer.position.base))
     if isinstance(mixer.conv, nodes.CausalConv):
