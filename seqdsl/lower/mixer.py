@@ -229,6 +229,18 @@ class MixerModule(nn.Module):
         mixed = [x + (x_prev - x) * mu for mu in self.shift_mix]
         return mixed, x[:, -1]
 
+    def _project(self, inputs: list[Tensor]) -> tuple[Tensor, list[int]]:
+        """The used projections of (xq, xk, xv), side by side on the last dim, and their widths.
+        Without a token shift the three inputs are one tensor: one GEMM against the stacked
+        weights then replaces three GEMMs and the copy that joined their outputs (the joined
+        layout is what the convolution and the split read)."""
+        projs = ([self.q_proj] if self.uses_q else []) + ([self.k_proj] if self.uses_k else []) + [self.v_proj]
+        used = [inputs[i] for i, flag in enumerate((self.uses_q, self.uses_k, True)) if flag]
+        widths = [p.out_features for p in projs]
+        if all(u is used[0] for u in used):
+            return F.linear(used[0], torch.cat([p.weight for p in projs])), widths
+        return torch.cat([p(u) for p, u in zip(projs, used)], dim=-1), widths
+
     def _conv(self, u: Tensor, state: MixerState) -> tuple[Tensor, Tensor | None]:
         """Depthwise causal conv over time, with the last size-1 inputs carried across calls."""
         if not hasattr(self, "conv_weight"):
@@ -257,15 +269,9 @@ class MixerModule(nn.Module):
                                 f"{self.context} tokens; got position {pos + T}")
 
         # (1) inputs: shift, project, convolve
-        (xq, xk, xv), shift = self._shifted(x, state)
-        parts = []
-        if self.uses_q:
-            parts.append(self.q_proj(xq))
-        if self.uses_k:
-            parts.append(self.k_proj(xk))
-        parts.append(self.v_proj(xv))
-        widths = [p.shape[-1] for p in parts]
-        fused, conv_state = self._conv(torch.cat(parts, dim=-1), state)
+        inputs, shift = self._shifted(x, state)
+        projected, widths = self._project(inputs)
+        fused, conv_state = self._conv(projected, state)
         parts = list(fused.split(widths, dim=-1))
         v = parts.pop().view(B, T, self.K, Dv)
         q = self._heads(parts.pop(0), self.G) if self.uses_q else x.new_zeros(B, T, H, Dk)
