@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
+from safetensors.torch import load_file
 from torch import nn
 
 from seqdsl.cli.main import main
@@ -77,7 +78,8 @@ def test_checkpoint_of_a_sharded_model_loads_into_a_plain_one(tmp_path, one_proc
     opts = [torch.optim.AdamW(m.parameters(), lr=1e-2) for m in (plain, sharded)]
     for _ in range(2):
         assert _step(plain, opts[0], tokens) == pytest.approx(_step(sharded, opts[1], tokens), rel=REL)
-    checkpoint.save(tmp_path / "ckpt", 2, sharded, opts[1], {}, "spec")
+    saved = checkpoint.save(tmp_path / "ckpt", 2, sharded, opts[1], {}, "spec")
+    assert "head.weight" not in load_file(saved / "model.safetensors"), "a tied weight is stored once"
 
     fresh = Tied()  # another init: everything must come from the checkpoint
     fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=1e-2)
@@ -97,8 +99,6 @@ def test_checkpoint_stores_a_tied_weight_once_under_one_name(tmp_path):
     opt = torch.optim.AdamW(model.parameters())
     _step(model, opt, torch.zeros(2, 5, dtype=torch.long))
     path = checkpoint.save(tmp_path, 1, model, opt, {}, "spec")
-    from safetensors.torch import load_file
-
     assert "head.weight" not in load_file(path / "model.safetensors")
     saved = torch.load(path / "optimizer.pt", weights_only=True)
     assert set(saved["state"]) == {n for n, _ in model.named_parameters()}, "keyed by name, not position"
