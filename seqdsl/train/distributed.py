@@ -17,6 +17,7 @@ them the run is one process. Backend: NCCL on CUDA, gloo on CPU.
 from __future__ import annotations
 
 import os
+import warnings
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 
@@ -97,6 +98,11 @@ def wrap_model(lm: nn.Module, loss: nn.Module, d: Dist, parallel: str, device: t
         return Parallel(ddp, lm, "ddp")
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
+    # FSDP2 warns when a sharded module returns a view (Linear's 3-D output, cached keys in the
+    # mixer state): an in-place op on it would skip the backward all-gather. Nothing here writes
+    # into a block's or the LM's outputs, and tests/train/test_fsdp.py checks the gradients
+    # against one process.
+    warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module .* returned a view tensor")
     policy = MixedPrecisionPolicy()  # fp32
     if device.type == "cuda" and autocast_dtype is not None:
         policy = MixedPrecisionPolicy(param_dtype=autocast_dtype, reduce_dtype=torch.float32)
