@@ -96,6 +96,8 @@ def wrap_model(lm: nn.Module, loss: nn.Module, d: Dist, parallel: str, device: t
     if parallel == "ddp":
         ddp = nn.parallel.DistributedDataParallel(loss, device_ids=[device.index] if device.type == "cuda" else None)
         return Parallel(ddp, lm, "ddp")
+    if parallel != "fsdp":
+        raise ValueError(f"parallel must be ddp or fsdp, not {parallel!r}")  # the config admits no other
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     # FSDP2 warns when a sharded module returns a view (Linear's 3-D output, cached keys in the
