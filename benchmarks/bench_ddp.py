@@ -21,6 +21,9 @@ What is compared, per mode against the 1-process run:
 - tokens/s: the median of the trainer's own per-step figure (global tokens per step / step wall
   time, metrics.jsonl) over the steps after the first `--skip` (which include warm-up), and the
   speed-up over 1 process.
+- checkpoints across layouts (mode `fsdp>single`, when fsdp runs): the FSDP2 run's checkpoint of
+  the middle step (every run checkpoints there, so all share one config) resumed in 1 process;
+  its curve is the FSDP2 one up to that step and must then follow the 1-process curve.
 
 Prints a table and writes it as JSON and Markdown (default
 benchmarks/results/bench_ddp_<device>_<date>.{json,md}); the run directories are kept under
@@ -43,6 +46,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from seqdsl.train.checkpoint import step_name  # noqa: E402
+
 MODES = ("single", "ddp", "fsdp")
 
 
@@ -63,23 +70,28 @@ def compare(reference: list[float], other: list[float]) -> dict:
             "noise": noise, "max_diff_over_noise": max(diffs) / noise if noise > 0 else float("nan")}
 
 
-def train_args(args: argparse.Namespace, mode: str, out: Path) -> list[str]:
+def train_args(args: argparse.Namespace, mode: str, out: Path, resume: bool = False) -> list[str]:
     spec = ROOT / "specs" / f"{args.spec}.seq"
     train = ["train", str(spec), "--preset", args.preset, "--seq-len", str(args.seq),
              "--batch", str(args.batch), "--tokens", str(args.steps * args.batch * args.seq),
              "--lr", str(args.lr), "--seed", "0", "--device", args.device, "--quiet", "--out", str(out),
              "--set", f"micro_batch={args.micro_batch}", "--set", f"warmup={args.warmup}",
-             "--set", "eval_every=0", "--set", "checkpoint_every=0", "--set", "log_every=1000",
-             "--set", f"data.eval_tokens={args.eval_tokens}"]
+             "--set", "eval_every=0", "--set", f"checkpoint_every={max(1, args.steps // 2)}", "--set", "log_every=1000",
+             "--set", f"data.eval_tokens={args.eval_tokens}"] + (["--resume"] if resume else [])
     if mode == "single":
         return [sys.executable, "-m", "seqdsl.cli.main", *train]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(args.gpus),
             "-m", "seqdsl.cli.main", *train, "--set", f"parallel={mode}"]
 
 
-def run_mode(args: argparse.Namespace, mode: str, out: Path) -> dict:
+def run_mode(args: argparse.Namespace, mode: str, out: Path, rewound: Path | None = None) -> dict:
+    """One run of `mode`; with `rewound`, a copy of that run directory stopped at its middle
+    checkpoint, resumed (mode single only)."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = train_args(args, mode, out)
+    cmd = train_args(args, mode, out, resume=rewound is not None)
+    if rewound is not None:
+        shutil.copytree(rewound, out)
+        (out / "checkpoints" / "latest").write_text(step_name(max(1, args.steps // 2)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
     if args.device == "cpu":  # torchrun gives each process 1 thread; the 1-process run gets as many
         env.setdefault("OMP_NUM_THREADS", "1")
@@ -93,7 +105,11 @@ def run_mode(args: argparse.Namespace, mode: str, out: Path) -> dict:
     train = [r for r in rows if r["kind"] == "train"]
     config = json.loads((out / "config.json").read_text())
     speeds = [r["tokens_per_s"] for r in train[args.skip:]] or [r["tokens_per_s"] for r in train]
-    return {"mode": mode, "processes": config["processes"], "micro_batch": config["micro_batch"],
+    processes = config["processes"]  # config.json is the first run's
+    if rewound is not None:
+        speeds, processes = [r["tokens_per_s"] for r in train[args.steps // 2:]], f"{processes} then 1"
+        mode = f"{config['parallel']}>{mode}"
+    return {"mode": mode, "processes": processes, "micro_batch": config["micro_batch"],
             "accumulation": config["accumulation"], "dtype": config["dtype"], "steps": len(train),
             "losses": [r["loss"] for r in train], "tokens_per_s": statistics.median(speeds),
             "eval": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}, "wall_s": wall}
@@ -141,12 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=5, help="first steps left out of tokens/s (warm-up)")
     p.add_argument("--device", default="cuda")
     p.add_argument("--timeout", type=float, default=600, help="seconds per mode")
-    p.add_argument("--smoke", action="store_true", help="CPU, gloo, 2 processes, tiny preset, 4 steps")
+    p.add_argument("--no-resume-check", action="store_true", help="skip the fsdp>single resume run")
+    p.add_argument("--smoke", action="store_true", help="CPU, gloo, 2 processes, tiny preset, 8 steps")
     p.add_argument("--workdir", default=None, help="where the run directories go (default: a temp dir)")
     p.add_argument("--out", default=None, help="JSON result (a .md table is written beside it)")
     args = p.parse_args(argv)
     if args.smoke:
-        args.preset, args.seq, args.batch, args.micro_batch, args.steps = "tiny", 32, 4, 1, 4
+        args.preset, args.seq, args.batch, args.micro_batch, args.steps = "tiny", 32, 4, 1, 8
         args.warmup, args.skip, args.eval_tokens, args.gpus, args.device = 1, 1, 256, 2, "cpu"
     modes = [m for m in args.modes.split(",") if m]
     if "single" not in modes or any(m not in MODES for m in modes):
@@ -179,6 +196,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{mode}: {row['steps']} steps, {row['tokens_per_s']:,.0f} tokens/s, final loss "
                   f"{row['losses'][-1]:.4f}, {row['wall_s']:.0f} s wall", flush=True)
         rows.append(row)
+    if "fsdp" in modes and "error" not in rows[modes.index("fsdp")] and not args.no_resume_check:
+        print("running fsdp>single (the FSDP2 run resumed in 1 process from its middle checkpoint) ...", flush=True)
+        rows.append(run_mode(args, "single", work / "fsdp_then_single", rewound=work / "fsdp"))
+        if "error" in rows[-1]:
+            print(f"fsdp>single failed ({rows[-1]['error']}):\n{rows[-1]['stderr_tail']}", flush=True)
     reference = rows[modes.index("single")]
     for row in rows:
         if row is not reference and "error" not in row and "error" not in reference:

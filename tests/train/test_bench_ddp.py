@@ -43,14 +43,16 @@ def test_compare_reports_the_largest_gap_against_the_reference_noise():
 
 
 @pytest.mark.slow
-def test_bench_ddp_smoke_mode_compares_one_process_with_ddp_and_fsdp(tmp_path, capsys):
+def test_bench_ddp_smoke_mode_compares_one_process_with_ddp_fsdp_and_a_resumed_fsdp_run(tmp_path, capsys):
     out = tmp_path / "smoke.json"
     assert _bench().main(["--smoke", "--workdir", str(tmp_path / "runs"), "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     rows = {r["mode"]: r for r in result["rows"]}
-    assert sorted(rows) == ["ddp", "fsdp", "single"]
-    assert [rows[m]["processes"] for m in ("single", "ddp", "fsdp")] == [1, 2, 2]
-    for mode in ("ddp", "fsdp"):  # float32 on CPU: only the order of sums differs
+    assert sorted(rows) == ["ddp", "fsdp", "fsdp>single", "single"]
+    assert [rows[m]["processes"] for m in ("single", "ddp", "fsdp", "fsdp>single")] == [1, 2, 2, "2 then 1"]
+    half = result["steps"] // 2
+    assert rows["fsdp>single"]["losses"][:half] == rows["fsdp"]["losses"][:half], "the FSDP2 run's own records"
+    for mode in ("ddp", "fsdp", "fsdp>single"):  # float32 on CPU: only the order of sums differs
         assert rows[mode]["max_abs_diff"] <= 1e-5 * rows["single"]["losses"][0]
         assert rows[mode]["tokens_per_s"] > 0 and math.isfinite(rows[mode]["max_diff_over_noise"])
     assert out.with_suffix(".md").read_text().count("| fsdp |") == 1
