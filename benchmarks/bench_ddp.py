@@ -105,12 +105,13 @@ def run_mode(args: argparse.Namespace, mode: str, out: Path, rewound: Path | Non
     train = [r for r in rows if r["kind"] == "train"]
     config = json.loads((out / "config.json").read_text())
     speeds = [r["tokens_per_s"] for r in train[args.skip:]] or [r["tokens_per_s"] for r in train]
-    processes = config["processes"]  # config.json is the first run's
+    processes, accumulation = config["processes"], config["accumulation"]  # config.json is the first run's
     if rewound is not None:
-        speeds, processes = [r["tokens_per_s"] for r in train[args.steps // 2:]], f"{processes} then 1"
+        speeds = [r["tokens_per_s"] for r in train[args.steps // 2:]]
+        processes, accumulation = f"{processes} then 1", f"{accumulation} then {args.batch // args.micro_batch}"
         mode = f"{config['parallel']}>{mode}"
     return {"mode": mode, "processes": processes, "micro_batch": config["micro_batch"],
-            "accumulation": config["accumulation"], "dtype": config["dtype"], "steps": len(train),
+            "accumulation": accumulation, "dtype": config["dtype"], "steps": len(train),
             "losses": [r["loss"] for r in train], "tokens_per_s": statistics.median(speeds),
             "eval": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}, "wall_s": wall}
 
@@ -126,7 +127,7 @@ def table(rows: list[dict]) -> str:
             continue
         speed = f"{r['tokens_per_s'] / base['tokens_per_s']:.2f}x" if base else "n/a"
         diff = f"{r['max_abs_diff']:.2e}" if "max_abs_diff" in r else "(reference)"
-        ratio = f"{r['max_diff_over_noise']:.3f}" if "max_diff_over_noise" in r else ""
+        ratio = f"{r['max_diff_over_noise']:.3g}" if "max_diff_over_noise" in r else ""
         lines.append(f"| {r['mode']} | {r['processes']} | {r['micro_batch']} x {r['accumulation']} "
                      f"| {r['tokens_per_s']:,.0f} | {speed} | {diff} | {ratio} | {r['losses'][-1]:.4f} "
                      f"| {r['wall_s']:.0f} |")
