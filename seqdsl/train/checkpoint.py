@@ -11,6 +11,12 @@ os.replace). A kill before the rename leaves a stray temp directory, ignored and
 next write; a kill between the rename and the pointer leaves `latest` naming the previous
 checkpoint. `state.json` carries the SHA-256 of the weight and optimizer files, so a checkpoint
 damaged afterwards is refused with one message instead of loading garbage.
+
+The files hold the *full* (unsharded) state, keyed by parameter names, whatever wrote them: one
+process, DDP, or FSDP2 shards (gathered with torch.distributed.checkpoint's state-dict helpers,
+full_state_dict + cpu_offload). A checkpoint written at one world size or parallelism therefore
+resumes at any other. Under FSDP2 saving and restoring are collective: every process calls them,
+process 0 alone writes.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+import torch.distributed as dist
 
 from seqdsl.errors import SeqError, SeqFileError
 
@@ -81,25 +88,66 @@ def set_rng_state(state: dict) -> None:
             [torch.frombuffer(bytearray(base64.b64decode(s)), dtype=torch.uint8) for s in state["cuda"]])
 
 
+def _full_state_options(**extra):
+    from torch.distributed.checkpoint.state_dict import StateDictOptions
+
+    return StateDictOptions(full_state_dict=True, **extra)
+
+
+def _tied_names(model: torch.nn.Module) -> dict[str, str]:
+    """{name: the first name of the same parameter} for parameters reached by several names (tied
+    embeddings). safetensors stores a tensor once, under one of its names."""
+    first: dict[int, str] = {}
+    tied = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if id(param) in first:
+            tied[name] = first[id(param)]
+        else:
+            first[id(param)] = name
+    return tied
+
+
+def _is_writer() -> bool:
+    return not dist.is_initialized() or dist.get_rank() == 0
+
+
+def full_state(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> tuple[dict, dict]:
+    """(weights, optimizer state): the whole state on the CPU, keyed by parameter names (the
+    optimizer's too, not by position), tied parameters once. Collective when the model is sharded
+    (FSDP2): every process calls it; process 0 gets the tensors, the others empty dicts."""
+    from torch.distributed.checkpoint.state_dict import get_model_state_dict, get_optimizer_state_dict
+
+    options = _full_state_options(cpu_offload=True)
+    weights = get_model_state_dict(model, options=options)
+    optim = get_optimizer_state_dict(model, optimizer, options=options)
+    for name in _tied_names(model):
+        weights.pop(name, None)
+    return {k: v.contiguous() for k, v in weights.items()}, optim
+
+
 def step_name(step: int) -> str:
     return f"step_{step:08d}"
 
 
 def save(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer, state: dict,
-         spec_text: str, *, keep: int = 2) -> Path:
+         spec_text: str, *, keep: int = 2) -> Path | None:
     """Write checkpoint `step` under `root` (= run/checkpoints) atomically; point `latest` at it;
-    keep the newest `keep` checkpoints."""
-    from safetensors.torch import save_model
+    keep the newest `keep` checkpoints. Every process calls it (the state is gathered
+    collectively under FSDP2); process 0 writes and returns the path, the others None."""
+    from safetensors.torch import save_file
 
+    weights, optim = full_state(model, optimizer)
+    if not _is_writer():
+        return None
     root.mkdir(parents=True, exist_ok=True)
     for stray in root.glob(TMP_PREFIX + "*"):  # left by a write that was killed
         shutil.rmtree(stray, ignore_errors=True)
     final = root / step_name(step)
     tmp = root / f"{TMP_PREFIX}{step_name(step)}-{os.getpid()}"
     tmp.mkdir()
-    save_model(model, str(tmp / "model.safetensors"))  # handles tied (shared) weights
+    save_file(weights, str(tmp / "model.safetensors"))
     _fsync(tmp / "model.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    torch.save(optim, tmp / "optimizer.pt")
     _fsync(tmp / "optimizer.pt")
     _fsync_write(tmp / "spec.seq", spec_text.encode("utf-8"))
     state = dict(state, step=step, files={name: _sha256(tmp / name) for name in ("model.safetensors", "optimizer.pt")})
@@ -157,22 +205,28 @@ def verify(path: Path) -> Loaded:
     return Loaded(path, state)
 
 
-def restore(loaded: Loaded, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
-            device: torch.device) -> None:
-    """Load weights (and optimizer state) of a verified checkpoint into `model` (`optimizer`)."""
-    from safetensors.torch import load_model
+def restore(loaded: Loaded, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """Load weights (and optimizer state) of a verified checkpoint into `model` (`optimizer`),
+    whole or sharded (FSDP2: every process calls it and keeps its shard)."""
+    from safetensors.torch import load_file
+    from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
 
     try:
-        missing, unexpected = load_model(model, str(loaded.path / "model.safetensors"), strict=False,
-                                         device=str(device))
+        weights = load_file(str(loaded.path / "model.safetensors"), device="cpu")
+        for name, first in _tied_names(model).items():  # stored once, under either name
+            if (name in weights) != (first in weights):
+                weights[name] = weights[first] = weights.get(name, weights.get(first))
+        expected = set(model.state_dict())
+        missing, unexpected = expected - set(weights), set(weights) - expected
         if missing or unexpected:
             raise SeqError(f"checkpoint {loaded.path} does not fit this model "
                            f"(missing {sorted(missing)[:3]}, unexpected {sorted(unexpected)[:3]})")
+        set_model_state_dict(model, weights, options=_full_state_options())
         if optimizer is not None:
-            optimizer.load_state_dict(torch.load(loaded.path / "optimizer.pt", map_location=device,
-                                                 weights_only=True))
+            optim = torch.load(loaded.path / "optimizer.pt", map_location="cpu", weights_only=True)
+            set_optimizer_state_dict(model, optimizer, optim, options=_full_state_options())
     except SeqError:
         raise
-    except (RuntimeError, ValueError, OSError) as err:
+    except (RuntimeError, ValueError, OSError, KeyError) as err:
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         raise CheckpointError(f"checkpoint {loaded.path} cannot be loaded: {first}") from None

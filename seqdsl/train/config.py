@@ -60,6 +60,10 @@ class RunConfig(BaseModel):
     device: str = "auto"  # auto = cuda if available, else cpu
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # autocast dtype; auto = bf16 on cuda
     compile: bool = False  # torch.compile each block (as torchtitan does)
+    # With several processes (torchrun): ddp replicates the model and optimizer in every process;
+    # fsdp shards them (FSDP2, per block) for the presets whose replicas do not fit (1.3b and up).
+    # Ignored by a single process. Checkpoints are the same either way (docs/training.md).
+    parallel: Literal["ddp", "fsdp"] = "ddp"
     data: DataConfig = DataConfig()
 
     @model_validator(mode="after")

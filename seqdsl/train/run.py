@@ -6,7 +6,8 @@ forward per process), A accumulation steps (B = M * A * processes), T seq_len, V
 Every process reads the same packed stream and takes its own disjoint slice of each global
 batch: process r gets sequences [r*M*A, (r+1)*M*A) and runs them in A micro batches. One
 process with A micro batches and P processes with A/P each therefore compute the same gradient
-(up to the order of float sums). Only process 0 evaluates, writes metrics and checkpoints.
+(up to the order of float sums). Only process 0 writes metrics and checkpoints; under FSDP2 every
+process takes part in evaluation and checkpoint gathering (docs/training.md, Several GPUs).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ class TrainingStopped(SeqError):
 
 class CausalLoss(nn.Module):
     """Mean next-token cross-entropy of a LanguageModel: the module DDP wraps (its forward is
-    what DDP hooks), so gradients are averaged over processes."""
+    what DDP hooks), so gradients are averaged over processes (distributed.wrap_model)."""
 
     def __init__(self, lm: nn.Module):
         super().__init__()
@@ -110,6 +111,7 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                     vocab=tokenizer.vocab_size, train_domains=train_domains,
                     ood_domains=[x for x in eval_domains if x not in train_domains],
                     data_source=source.describe(), processes=d.world, micro_batch=micro, accumulation=accum,
+                    parallel=config.parallel if d.world > 1 else "single",
                     device=device.type, dtype=str(amp).removeprefix("torch.") if amp else "float32",
                     spec_digest=model.digest, torch_version=torch.__version__,
                     seqdsl_version=_version())
@@ -130,19 +132,16 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
     if config.compile:
         for block in lm.blocks:  # per block, as torchtitan does: whole-LM compile fails on torch 2.11
             block.compile()
+    parallel = distributed.wrap_model(lm, CausalLoss(lm), d, config.parallel, device, amp)
     optimizer = adamw(lm, lr=config.lr, weight_decay=config.weight_decay, betas=(config.beta1, config.beta2))
     start, tokens_seen, elapsed0, cursor = 0, 0, 0.0, Cursor()
     if loaded is not None:
-        checkpoint.restore(loaded, lm, optimizer, device)
+        checkpoint.restore(loaded, lm, optimizer)
         checkpoint.set_rng_state(loaded.state["rng"])
         start, tokens_seen = loaded.state["step"], loaded.state["tokens"]
         elapsed0, cursor = loaded.state.get("elapsed", 0.0), Cursor(**loaded.state["cursor"])
     stream = PackedSequences(lambda: source.documents(train_domains), tokenizer.encode, tokenizer.eos_id,
                              seq_len, config.data.heldout, cursor)
-    loss_fn: nn.Module = CausalLoss(lm)
-    if d.world > 1:
-        loss_fn = nn.parallel.DistributedDataParallel(
-            loss_fn, device_ids=[device.index] if device.type == "cuda" else None)
 
     log = MetricsLog(out / "metrics.jsonl")
     sets = {}
@@ -155,6 +154,7 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
         else:
             log.truncate_after(start)
             log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}"})
+    if d.main or parallel.sharded:  # a sharded model's forward needs every process
         sets = build_eval_sets(source, tokenizer, eval_domains, train_domains, heldout=config.data.heldout,
                                max_tokens=config.data.eval_tokens)
     mfu = mfu_meter(model, seq_len, device)
@@ -165,9 +165,11 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                      f"{', '.join(train_domains)}; evaluate {', '.join(eval_domains)}")
 
     def evaluate(step: int) -> None:
+        if not (d.main or parallel.sharded):
+            return
         results = evaluate_sets(lm, sets, seq_len=seq_len, batch_size=config.eval_batch, device=device,
                                 autocast_dtype=amp)
-        for domain, (loss, bpb, n) in results.items():
+        for domain, (loss, bpb, n) in results.items() if d.main else ():
             log.write({"kind": "eval", "step": step, "tokens": tokens_seen, "domain": domain,
                        "in_domain": domain in train_domains, "loss": loss, "bpb": bpb, "eval_tokens": n,
                        "seq_len": seq_len})
@@ -191,10 +193,9 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
         loss_sum = 0.0
         for k in range(accum):
             chunk = mine[k * micro: (k + 1) * micro].to(device)
-            sync = nullcontext() if d.world == 1 or k == accum - 1 else loss_fn.no_sync()
-            with sync:
+            with parallel.micro_batch(last=k == accum - 1):
                 with autocast():
-                    loss = loss_fn(chunk[:, :-1], chunk[:, 1:])
+                    loss = parallel.loss(chunk[:, :-1], chunk[:, 1:])
                 (loss / accum).backward()
             loss_sum += loss.item()
         loss_value = d.mean(loss_sum / accum, device)
@@ -222,11 +223,11 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
             log.write({"kind": "train", "step": step + 1, "tokens": tokens_seen, "loss": loss_value, "lr": lr,
                        "tokens_per_s": tokens_per_s, "mfu": mfu(tokens_per_s), "time": elapsed0 + now - t_start})
             progress.update(step + 1, loss_value, tokens_per_s, mfu(tokens_per_s))
-            last_step = step + 1 == steps
-            if last_step or (config.eval_every and (step + 1) % config.eval_every == 0):
-                evaluate(step + 1)
-            if last_step or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0):
-                save(step + 1, elapsed0 + time.perf_counter() - t_start)
+        last_step = step + 1 == steps
+        if last_step or (config.eval_every and (step + 1) % config.eval_every == 0):
+            evaluate(step + 1)
+        if last_step or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0):
+            save(step + 1, elapsed0 + time.perf_counter() - t_start)  # process 0 writes
     progress.close()
     return steps
 

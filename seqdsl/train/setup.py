@@ -65,7 +65,13 @@ def resolve_domains(config: RunConfig, source: DocumentSource) -> tuple[list[str
     return train, evaluated
 
 
+# How the global batch is spread over processes changes only the order of float sums, and
+# checkpoints hold the full state: a run may resume at another world size or parallelism.
+LAYOUT_KEYS = ("processes", "micro_batch", "accumulation", "parallel")
+
+
 def config_digest(resolved: dict) -> str:
-    """What must match for `--resume` to continue the same run exactly."""
-    keep = {k: v for k, v in resolved.items() if k not in ("out", "device_name", "torch_version", "seqdsl_version")}
+    """What must match for `--resume` to continue the same run (exactly at the same layout)."""
+    ignored = ("out", "device_name", "torch_version", "seqdsl_version") + LAYOUT_KEYS
+    keep = {k: v for k, v in resolved.items() if k not in ignored}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]

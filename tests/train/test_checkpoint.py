@@ -55,7 +55,7 @@ def test_sigkill_during_checkpoint_writes_leaves_latest_loadable(tmp_path, delay
         proc.wait()
     loaded = checkpoint.load_latest(root)  # verified against the hashes in state.json
     model = torch.nn.Linear(2048, 2048)
-    checkpoint.restore(loaded, model, None, torch.device("cpu"))
+    checkpoint.restore(loaded, model, None)
     assert torch.all(model.weight == loaded.state["step"]), "the weights are those of the step `latest` names"
     assert loaded.state["cursor"] == loaded.state["step"]
 

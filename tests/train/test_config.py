@@ -9,7 +9,7 @@ import pytest
 
 from seqdsl.errors import SeqError
 from seqdsl.train.config import load_config
-from seqdsl.train.setup import resolve_model
+from seqdsl.train.setup import config_digest, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,6 +35,7 @@ def test_overrides_then_flags(tmp_path):
     (["nonsense=1"], "bad run config: nonsense"),
     (["data.heldout=2"], "bad run config: data.heldout"),
     (["data.source=files"], "data.source = files needs data.files"),
+    (["parallel=zero3"], "bad run config: parallel"),
 ])
 def test_config_mistakes_are_one_message(overrides, message):
     with pytest.raises(SeqError, match=message):
@@ -57,3 +58,11 @@ def test_resolved_model_is_resized_and_reloadable():
     assert (model.spec.vocab, model.spec.context, model.spec.d_model) == (300, 128, 128)
     again = seqdsl.loads(model.text).program
     assert again.models == (model.spec,)
+
+
+def test_resume_digest_ignores_how_the_batch_is_spread_but_not_what_is_trained():
+    resolved = {"lr": 0.1, "batch": 16, "processes": 1, "micro_batch": 16, "accumulation": 1, "parallel": "single"}
+    spread = dict(resolved, processes=8, micro_batch=1, accumulation=2, parallel="fsdp")
+    assert config_digest(spread) == config_digest(resolved)
+    for key, value in (("lr", 0.2), ("batch", 32)):
+        assert config_digest(dict(resolved, **{key: value})) != config_digest(resolved)
