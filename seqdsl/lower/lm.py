@@ -129,6 +129,13 @@ class LanguageModel(nn.Module):
         return self.spec.context if bounded else None
 
     def forward(self, tokens: Tensor, state: list[BlockState] | None = None) -> tuple[Tensor, list[BlockState]]:
+        x, new_state = self.hidden_states(tokens, state)
+        return self.head(self.norm(x)), new_state
+
+    def hidden_states(self, tokens: Tensor, state: list[BlockState] | None = None
+                      ) -> tuple[Tensor, list[BlockState]]:
+        """(B, T, D) output of the last block, before the final norm and the head (training
+        computes its loss from these through a compiled head: seqdsl/train/step.py)."""
         if tokens.dim() != 2:
             raise LoweringError(f"tokens must be (batch, time), got shape {tuple(tokens.shape)}")
         if tokens.device.type == "cpu":  # on an accelerator the check would cost a sync every step
@@ -148,7 +155,7 @@ class LanguageModel(nn.Module):
         for block, s in zip(self.blocks, state):
             x, s = block(x, s)
             new_state.append(s)
-        return self.head(self.norm(x)), new_state
+        return x, new_state
 
     def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:
         logits, _ = self(tokens)

@@ -33,6 +33,9 @@ class DataConfig(BaseModel):
     heldout: float = Field(0.05, gt=0.0, lt=1.0)  # fraction of documents held out (by text hash)
     eval_tokens: int = Field(65_536, gt=1)  # tokens per evaluated domain (whole documents)
 
+    def training_domains(self, available: list[str]) -> list[str]:
+        return list(available) if ALL in self.train_domains else list(self.train_domains)
+
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,7 +62,7 @@ class RunConfig(BaseModel):
     log_every: int = Field(10, gt=0)
     device: str = "auto"  # auto = cuda if available, else cpu
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # autocast dtype; auto = bf16 on cuda
-    compile: bool = False  # torch.compile each block (as torchtitan does)
+    compile: bool = False  # torch.compile each block (as torchtitan does) and the loss head
     data: DataConfig = DataConfig()
 
     @model_validator(mode="after")
@@ -69,9 +72,6 @@ class RunConfig(BaseModel):
         if self.data.source == "hub" and not self.data.hub:
             raise ValueError("data.source = hub needs data.hub")
         return self
-
-    def train_domains(self, available: list[str]) -> list[str]:
-        return list(available) if ALL in self.data.train_domains else list(self.data.train_domains)
 
 
 def _read(path: Path) -> dict:
