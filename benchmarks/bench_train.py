@@ -4,11 +4,14 @@
                                      [--batch 8] [--steps 10] [--compile] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
-One step = forward + backward + AdamW update of the whole language model at the preset's size,
-bf16 autocast on CUDA (float32 on CPU), exactly the step `seqdsl train` runs (its loss module and
-optimizer). Tokens/s is the median over the timed steps after `--warmup` steps (which include
-any compilation). The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
-call, so MFU can be read against both the datasheet peak and what this GPU really does.
+One step = forward + backward + clipping + AdamW update of the whole language model at the
+preset's size, bf16 autocast on CUDA (float32 on CPU): exactly the step `seqdsl train` runs, built
+by the same code (seqdsl/train/step.py: the loss module, with --compile the compiled blocks and
+loss head, the step and its one read of the device; seqdsl/train/optim.py: the optimizer, fused
+AdamW on CUDA; `seqdsl train`'s default config). Tokens/s is the median over the timed steps after
+`--warmup` steps (which include any compilation). The bf16 GEMM rate (an 8192^3 matmul,
+`seqdsl.eval.gemm.measure_gemm_rate`) is measured in the same call, so MFU can be read against
+both the datasheet peak and what this GPU really does.
 
 MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
 attention): they come from `seqdsl.ir.flops` through `seqdsl.train.throughput`. MFU is given
@@ -36,11 +39,13 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import seqdsl  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
-from seqdsl.ir.flops import peak_bf16_flops  # noqa: E402
+from seqdsl.ir.flops import mfu, peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
-from seqdsl.train.optim import adamw  # noqa: E402
-from seqdsl.train.run import CausalLoss  # noqa: E402
+from seqdsl.train.config import RunConfig  # noqa: E402
+from seqdsl.train.device import autocast_dtype, pick_device  # noqa: E402
+from seqdsl.train.optim import optimizer_for  # noqa: E402
+from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
 SPECS = ROOT / "specs"
@@ -59,22 +64,18 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
-    if compile_blocks:
-        for block in lm.blocks:
-            block.compile()
-    loss_fn = CausalLoss(lm)
-    opt = adamw(lm, lr=1e-4, weight_decay=0.1)
-    amp = torch.bfloat16 if device.type == "cuda" else None
-    x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)
+    config = RunConfig(compile=compile_blocks)  # seqdsl train's defaults: optimizer, clip, precision
+    loss_fn = CausalLoss(lm, compile=config.compile)
+    opt = optimizer_for(lm, config)
+    amp = autocast_dtype(config.dtype, device)
+    x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)  # (B, T + 1)
     times, first = [], None
     for i in range(warmup + steps):
         _sync(device)
         t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            loss = loss_fn(x[:, :-1], x[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        stats = training_step(loss_fn, lm.parameters(), x, batch, autocast_dtype=amp, clip=config.clip)
+        loss, _ = stats.tolist()  # the one read per step seqdsl train makes (its non-finite check)
+        apply_update(opt)
         _sync(device)
         dt = time.perf_counter() - t0
         if i == 0:
@@ -84,7 +85,7 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
     tokens_per_s = batch * seq / statistics.median(times)
     paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
-            "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss.item(),
+            "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss,
             "flops_per_token": training_flops_per_token(program, spec, seq)}
 
 
@@ -105,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block and the loss head")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.device = args.device or "cpu"
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device or "auto")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)
@@ -134,8 +135,8 @@ def main(argv: list[str] | None = None) -> int:
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
         fpt = row.get("flops_per_token")
-        row["mfu_vs_gemm"] = fpt * row["tokens_per_s"] / (gemm * 1e12) if fpt and gemm else None
-        row["mfu_vs_datasheet"] = fpt * row["tokens_per_s"] / peak if fpt and peak else None
+        row["mfu_vs_gemm"] = mfu(row["tokens_per_s"], fpt, gemm * 1e12) if fpt and gemm else None
+        row["mfu_vs_datasheet"] = mfu(row["tokens_per_s"], fpt, peak) if fpt and peak else None
         rows.append(row)
         _print_row(row)
         # written after every row: a run stopped at a time limit keeps what it measured
