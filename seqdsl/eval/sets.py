@@ -3,8 +3,9 @@
 By default these are exactly the held-out sets training evaluated on: the run's data config goes
 through the mapping training itself uses (`seqdsl.train.setup.resolve_data`: same source, domains,
 tokenizer, held-out fraction and token budget). Overrides: other data files (`--data`, where the
-run's domain lists do not apply: every domain of those files is evaluated), a domain field, the
-domains (`--domains`: exactly those) and the token budget (`--max-tokens`).
+run's domain lists do not apply: every domain of those files is evaluated, in-domain when the run
+trained on a domain of that name), a domain field, the domains (`--domains`: exactly those) and
+the token budget (`--max-tokens`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def _data_config(config: dict, *, data: list[str] | None = None, domain_field: s
     raw = dict(config.get("data") or {})
     if data:
         raw.update(source="files", files=list(data), eval_domains=None)
+        if config.get("train_domains") is not None:  # what the run resolved its domains to (["*"] included)
+            raw["train_domains"] = list(config["train_domains"])
     if domain_field:
         raw["domain_field"] = domain_field
     if max_tokens:

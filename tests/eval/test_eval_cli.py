@@ -206,15 +206,21 @@ def test_eval_rebuilds_exactly_the_heldout_sets_training_evaluated(tmp_path, mon
         assert (b["loss"], b["bpb"]) == pytest.approx((a["loss"], a["bpb"]), rel=1e-6)
 
 
-def test_eval_on_other_files_scores_every_domain_of_them(tmp_path):
+@pytest.mark.parametrize("trained, in_domain", [
+    ({"data": {"train_domains": ["docstrings"]}}, [False, False]),
+    # a mixed-domain run on the builtin corpus: a domain of the same name was trained on
+    ({"data": {"train_domains": ["*"]}, "train_domains": ["code", "docstrings", "manual"]}, [True, False]),
+])
+def test_eval_on_other_files_scores_every_domain_of_them(tmp_path, trained, in_domain):
     from tests.train.helpers import write_shards
 
-    run, _ = write_run(tmp_path)  # trained on the builtin corpus's docstrings
+    config = {"seq_len": 16, "eval_batch": 2, "train_domains": None} | trained
+    run, _ = write_run(tmp_path, config={k: v for k, v in config.items() if v is not None})
     other = write_shards(tmp_path / "other")
     assert main(["eval", str(run), "--data", str(other), "--max-tokens", "100", "--out",
                  str(tmp_path / "e.json")]) == 0
     records = json.loads((tmp_path / "e.json").read_text())["records"]
-    assert [(r["domain"], r["in_domain"]) for r in records] == [("code", False), ("web", False)]
+    assert [(r["domain"], r["in_domain"]) for r in records] == list(zip(["code", "web"], in_domain))
     assert all(r["eval_tokens"] >= 99 for r in records)
 
 
