@@ -166,14 +166,15 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
         tokens_seen += config.batch * seq_len
         now = time.perf_counter()
         tokens_per_s = config.batch * seq_len / (now - t0)
+        utilisation = mfu(tokens_per_s)
         if d.main:
             if step == start and config.compile:
                 log.write({"kind": "event", "step": step + 1, "event": "compile",
                            "detail": f"first step (compiling {len(lm.blocks)} blocks and the loss head) "
                                      f"took {now - t0:.1f} s"})
             log.write({"kind": "train", "step": step + 1, "tokens": tokens_seen, "loss": loss_value, "lr": lr,
-                       "tokens_per_s": tokens_per_s, "mfu": mfu(tokens_per_s), "time": elapsed0 + now - t_start})
-            progress.update(step + 1, loss_value, tokens_per_s, mfu(tokens_per_s))
+                       "tokens_per_s": tokens_per_s, "mfu": utilisation, "time": elapsed0 + now - t_start})
+            progress.update(step + 1, loss_value, tokens_per_s, utilisation)
             last_step = step + 1 == steps
             if last_step or (config.eval_every and (step + 1) % config.eval_every == 0):
                 evaluate(step + 1)
