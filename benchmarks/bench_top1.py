@@ -126,15 +126,10 @@ def peak_mib(fn, device) -> float:
 
 
 def gemm_tflops(device) -> float:
-    import torch
+    """The bf16 GEMM rate (seqdsl.eval.gemm, as bench_train.py measures it), NaN on the CPU."""
+    from seqdsl.eval.gemm import measure_gemm_rate
 
-    if device.type != "cuda":
-        return float("nan")
-    n = 8192
-    a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    ms = bench(lambda: a @ b, device)
-    return 2 * n**3 / ms / 1e9
+    return measure_gemm_rate(device) / 1e12 if device.type == "cuda" else float("nan")
 
 
 def approx_selection_torch(q, k, C: int, scale: float):

@@ -1,14 +1,17 @@
 """Training throughput per spec family: tokens/s and MFU of full training steps, on this machine.
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
-                                     [--batch 8] [--steps 10] [--compile] [--out FILE.json]
+                                     [--batch 8] [--steps 10] [--compile [--cuda-graphs]] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
-One step = forward + backward + AdamW update of the whole language model at the preset's size,
-bf16 autocast on CUDA (float32 on CPU), exactly the step `seqdsl train` runs (its loss module and
-optimizer). Tokens/s is the median over the timed steps after `--warmup` steps (which include
-any compilation). The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
-call, so MFU can be read against both the datasheet peak and what this GPU really does.
+One step = forward + backward + clipping + AdamW update of the whole language model at the
+preset's size, bf16 autocast on CUDA (float32 on CPU): exactly the step `seqdsl train` runs, built
+by the same code (seqdsl/train/step.py: the loss module, with --compile the compiled blocks and
+loss head, the step and its one read of the device; seqdsl/train/optim.py: the optimizer, fused
+AdamW on CUDA; `seqdsl train`'s default config). Tokens/s is the median over the timed steps after
+`--warmup` steps (which include any compilation). The bf16 GEMM rate (an 8192^3 matmul,
+`seqdsl.eval.gemm.measure_gemm_rate`) is measured in the same call, so MFU can be read against
+both the datasheet peak and what this GPU really does.
 
 MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
 attention): they come from `seqdsl.ir.flops` through `seqdsl.train.throughput`. MFU is given
@@ -36,11 +39,13 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 import seqdsl  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
-from seqdsl.ir.flops import peak_bf16_flops  # noqa: E402
+from seqdsl.ir.flops import mfu, peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
-from seqdsl.train.optim import adamw  # noqa: E402
-from seqdsl.train.run import CausalLoss  # noqa: E402
+from seqdsl.train.config import RunConfig  # noqa: E402
+from seqdsl.train.device import autocast_dtype, pick_device  # noqa: E402
+from seqdsl.train.optim import optimizer_for  # noqa: E402
+from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
 SPECS = ROOT / "specs"
@@ -54,27 +59,24 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
-               compile_blocks: bool) -> dict:
+               compile_blocks: bool, cuda_graphs: bool = False) -> dict:
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
-    if compile_blocks:
-        for block in lm.blocks:
-            block.compile()
-    loss_fn = CausalLoss(lm)
-    opt = adamw(lm, lr=1e-4, weight_decay=0.1)
-    amp = torch.bfloat16 if device.type == "cuda" else None
-    x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)
+    # seqdsl train's defaults: optimizer, clip, precision
+    config = RunConfig(compile=compile_blocks, cuda_graphs=cuda_graphs)
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    opt = optimizer_for(lm, config)
+    amp = autocast_dtype(config.dtype, device)
+    x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)  # (B, T + 1)
     times, first = [], None
     for i in range(warmup + steps):
         _sync(device)
         t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            loss = loss_fn(x[:, :-1], x[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        stats = training_step(loss_fn, lm.parameters(), x, batch, autocast_dtype=amp, clip=config.clip)
+        loss, _ = stats.tolist()  # the one read per step seqdsl train makes (its non-finite check)
+        apply_update(opt)
         _sync(device)
         dt = time.perf_counter() - t0
         if i == 0:
@@ -84,7 +86,7 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
     tokens_per_s = batch * seq / statistics.median(times)
     paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
-            "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss.item(),
+            "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss,
             "flops_per_token": training_flops_per_token(program, spec, seq)}
 
 
@@ -105,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--compile", action="store_true", help="torch.compile each block and the loss head")
+    p.add_argument("--cuda-graphs", action="store_true", help="with --compile: replay them as CUDA graphs")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -113,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.device = args.device or "cpu"
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = pick_device(args.device or "auto")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)
@@ -122,26 +125,29 @@ def main(argv: list[str] | None = None) -> int:
         f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
-          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
+          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}, "
+          f"CUDA graphs {args.cuda_graphs}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
     print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
           flush=True)
     rows = []
     for name in args.specs.split(","):
         try:
-            row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile)
+            row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
+                             args.cuda_graphs)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
         fpt = row.get("flops_per_token")
-        row["mfu_vs_gemm"] = fpt * row["tokens_per_s"] / (gemm * 1e12) if fpt and gemm else None
-        row["mfu_vs_datasheet"] = fpt * row["tokens_per_s"] / peak if fpt and peak else None
+        row["mfu_vs_gemm"] = mfu(row["tokens_per_s"], fpt, gemm * 1e12) if fpt and gemm else None
+        row["mfu_vs_datasheet"] = mfu(row["tokens_per_s"], fpt, peak) if fpt and peak else None
         rows.append(row)
         _print_row(row)
         # written after every row: a run stopped at a time limit keeps what it measured
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
-                                   "steps": args.steps, "compile": args.compile, "gemm_bf16_tflops": gemm,
+                                   "steps": args.steps, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
+                                   "gemm_bf16_tflops": gemm,
                                    "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()

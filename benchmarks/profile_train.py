@@ -1,24 +1,21 @@
-"""Where a training step's time goes: ablations of the step and a kernel profile, on this GPU.
+"""Where a training step's time goes: the step as `seqdsl train` runs it, eager, compiled and
+with CUDA graphs, and a kernel profile, on this GPU.
 
     python benchmarks/profile_train.py [--spec transformer] [--preset 110m] [--seq 2048] [--batch 8]
-                                       [--variants eager,blocks,blocks+fused,...] [--out FILE.json]
+                                       [--variants eager,compiled,graphs] [--out FILE.json]
     python benchmarks/profile_train.py --smoke     # tiny, CPU: checks the script runs
 
-Each variant times full training steps (forward, backward, AdamW) of the same model and batch,
-changing one thing at a time, so the table says what each change is worth:
+Each variant times full training steps (forward, backward, clip, AdamW) of the same model and
+batch through seqdsl/train/step.py, the code `seqdsl train` runs:
 
-    eager          the step as `benchmarks/bench_train.py` runs it (no compile, AdamW foreach)
-    fused          + AdamW(fused=True)
-    blocks         + torch.compile of each Block (what `seqdsl train --compile` does)
-    blocks+head    + the final norm, head and cross-entropy compiled as one function
-    lm             torch.compile of the whole LanguageModel's forward (+ compiled loss head)
-    lm+pad         + the vocabulary rounded up to a multiple of 128 (a GEMM-friendly head)
-    lm+cg          `lm` compiled with mode="reduce-overhead" (CUDA graphs: no per-kernel launches)
+    eager          RunConfig() (fused AdamW on a GPU)
+    compiled       compile = true: each Block and the cross-entropy compiled
+    graphs         compile = true, cuda_graphs = true: the compiled pieces replayed as CUDA graphs
 
 The last variant listed is then profiled (torch.profiler, CUDA activity) for `--profile-steps`
 steps: the top kernels by GPU time, and the share of the step's wall time the GPU was busy (a
 low share means the step waits on the CPU: launches, Python, syncs). Prints the tables and writes
-them as JSON (default benchmarks/results/profile_train_<device>_<date>.json).
+them as JSON (default benchmarks/results/profile_train_<spec>_<device>_<date>.json).
 """
 
 from __future__ import annotations
@@ -32,7 +29,6 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
@@ -40,10 +36,15 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import seqdsl  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
-from seqdsl.lower.lm import BlockState, LanguageModel  # noqa: E402
+from seqdsl.lower.lm import LanguageModel  # noqa: E402
+from seqdsl.train.config import RunConfig  # noqa: E402
+from seqdsl.train.device import autocast_dtype  # noqa: E402
+from seqdsl.train.optim import optimizer_for  # noqa: E402
+from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
-VARIANTS = "eager,fused,blocks,blocks+head,lm,lm+pad"
+VARIANTS = {"eager": RunConfig(), "compiled": RunConfig(compile=True),
+            "graphs": RunConfig(compile=True, cuda_graphs=True)}
 
 
 def _sync(device: torch.device) -> None:
@@ -51,58 +52,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _build(args, device: torch.device, variant: str):
+def time_variant(args, device: torch.device, variant: str) -> tuple[dict, object]:
+    config = VARIANTS[variant]
     resized = model_at(seqdsl.load(ROOT / "specs" / f"{args.spec}.seq").program, preset=args.preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": args.seq})
-    if variant.endswith("+pad"):  # the vocabulary rounded up to a multiple of 128 (GEMM-friendly head)
-        spec = spec.model_copy(update={"vocab": 128 * -(-spec.vocab // 128)})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
-    fused = variant != "eager" and device.type == "cuda"
-    decay = [p for p in lm.parameters() if p.dim() >= 2]
-    rest = [p for p in lm.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": rest, "weight_decay": 0.0}],
-                            lr=1e-4, betas=(0.9, 0.95), fused=fused)
-
-    def hidden(tokens):
-        x = lm.embed(tokens)
-        for block in lm.blocks:
-            x, _ = block(x, BlockState())
-        return x
-
-    def head_loss(x, targets):
-        logits = lm.head(lm.norm(x))
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-
-    if variant in ("blocks", "blocks+head"):
-        for block in lm.blocks:
-            block.compile()
-    mode = "reduce-overhead" if variant == "lm+cg" else None
-    if variant in ("blocks+head", "lm", "lm+pad", "lm+cg"):
-        head_loss = torch.compile(head_loss, mode=mode)
-    if variant in ("lm", "lm+pad", "lm+cg"):
-        hidden = torch.compile(hidden, mode=mode)
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    opt = optimizer_for(lm, config)
+    amp = autocast_dtype(config.dtype, device)
 
     def step(x):
-        loss = head_loss(hidden(x[:, :-1]), x[:, 1:])
-        loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        return loss
+        stats = training_step(loss_fn, lm.parameters(), x, x.shape[0], autocast_dtype=amp, clip=config.clip)
+        apply_update(opt)
+        return stats
 
-    return program, spec, lm, step
-
-
-def time_variant(args, device: torch.device, variant: str) -> tuple[dict, object]:
-    program, spec, lm, step = _build(args, device, variant)
-    amp = torch.bfloat16 if device.type == "cuda" else None
-    x = torch.randint(0, spec.vocab, (args.batch, args.seq + 1), device=device)
+    x = torch.randint(0, spec.vocab, (args.batch, args.seq + 1), device=device)  # (B, T + 1)
     times, first = [], None
     for i in range(args.warmup + args.steps):
         _sync(device)
         t0 = time.perf_counter()
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            loss = step(x)
+        loss, _ = step(x).tolist()  # the one read per step seqdsl train makes
         _sync(device)
         dt = time.perf_counter() - t0
         first = dt if i == 0 else first
@@ -110,12 +80,12 @@ def time_variant(args, device: torch.device, variant: str) -> tuple[dict, object
             times.append(dt)
     tps = args.batch * args.seq / statistics.median(times)
     row = {"variant": variant, "tokens_per_s": tps, "step_ms": 1e3 * statistics.median(times),
-           "first_step_s": first, "loss": loss.item(), "params": lm.num_parameters(),
+           "first_step_s": first, "loss": loss, "params": lm.num_parameters(),
            "flops_per_token": training_flops_per_token(program, spec, args.seq)}
-    return row, (step, x, amp)
+    return row, (step, x)
 
 
-def profile(device: torch.device, step, x, amp, steps: int, top: int) -> dict:
+def profile(device: torch.device, step, x, steps: int, top: int) -> dict:
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile as torch_profile
 
@@ -124,8 +94,7 @@ def profile(device: torch.device, step, x, amp, steps: int, top: int) -> dict:
     t0 = time.perf_counter()
     with torch_profile(activities=acts) as prof:
         for _ in range(steps):
-            with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-                step(x)
+            step(x).tolist()
         _sync(device)
     wall_us = (time.perf_counter() - t0) * 1e6
     kernels = {}
@@ -150,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--variants", default=VARIANTS)
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--profile-steps", type=int, default=3)
     p.add_argument("--top", type=int, default=30)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, eager and blocks, CPU")
@@ -158,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if args.smoke:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
-        args.variants, args.profile_steps = "eager,fused", 1
+        args.variants, args.profile_steps = "eager", 1
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) if device.type == "cuda" else None

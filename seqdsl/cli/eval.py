@@ -35,28 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                       "the run's metrics.jsonl")
 
 
-def _device(name: str):
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise SeqError(f"unknown device {name!r}", hint="use cpu, cuda or cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise SeqError(f"device {name} asked for, but this machine has no CUDA device")
-    return device
-
-
-def _autocast(dtype: str, device):
-    import torch
-
-    if dtype == "auto":
-        return torch.bfloat16 if device.type == "cuda" else None
-    return torch.bfloat16 if dtype == "bfloat16" else None
-
-
 def _positive(value: int | None, flag: str) -> None:
     if value is not None and value < 1:
         raise SeqError(f"{flag} must be at least 1, got {value}")
@@ -64,16 +42,16 @@ def _positive(value: int | None, flag: str) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from seqdsl.eval.checkpoint_io import build_model, read_checkpoint
-    from seqdsl.eval.loss import evaluate
     from seqdsl.eval.metrics import METRICS
-    from seqdsl.eval.records import append_records, eval_records
+    from seqdsl.eval.records import append_records, evaluate_records
     from seqdsl.eval.sets import run_eval_sets
+    from seqdsl.train.device import autocast_dtype, pick_device
 
     for value, flag in ((args.seq_len, "--seq-len"), (args.batch_size, "--batch-size"),
                         (args.max_tokens, "--max-tokens")):
         _positive(value, flag)
     ckpt = read_checkpoint(args.checkpoint)
-    device = _device(args.device)
+    device = pick_device(args.device)
     lm = build_model(ckpt, device)
     domains = [d.strip() for d in args.domains.split(",") if d.strip()] if args.domains else None
     sets = run_eval_sets(ckpt.config, data=args.data, domain_field=args.domain_field, domains=domains,
@@ -85,10 +63,8 @@ def run(args: argparse.Namespace) -> int:
                            hint="evaluate with the tokenizer the run was trained with")
     seq_len = args.seq_len or ckpt.config.get("seq_len") or lm.spec.context
     batch = args.batch_size or ckpt.config.get("eval_batch") or 8
-    results = evaluate(lm, sets, seq_len=seq_len, batch_size=batch, device=device,
-                       autocast_dtype=_autocast(args.dtype, device))
-    records = eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=ckpt.step,
-                           tokens=ckpt.tokens, seq_len=seq_len)
+    records = evaluate_records(lm, sets, step=ckpt.step, tokens=ckpt.tokens, seq_len=seq_len, batch_size=batch,
+                               device=device, autocast_dtype=autocast_dtype(args.dtype, device))
     print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
           f"seq_len {seq_len}, device {device}")
     print(table(records))

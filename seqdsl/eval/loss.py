@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator, Mapping
-from contextlib import nullcontext
 from dataclasses import dataclass
 
 import torch
@@ -38,6 +37,7 @@ from torch import Tensor
 from seqdsl.data.evalset import EvalSet
 from seqdsl.errors import SeqError
 from seqdsl.lower.lm import LanguageModel
+from seqdsl.train.device import autocast
 
 # Relations whose parameters exist for positions 0 .. context-1 only (seqdsl/lower/mixer.py).
 PER_POSITION_RELATIONS = ("random_keys", "positional")
@@ -114,12 +114,10 @@ def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len:
     if n_bytes <= 0:
         raise EvalError(f"an evaluation set needs a positive byte count, got {n_bytes}")
     device = torch.device(device)
-    autocast = (torch.autocast(device.type, dtype=autocast_dtype) if autocast_dtype is not None
-                else nullcontext())
     total = 0.0
     tokens = tokens.to(torch.long)
     for x, y in _batches(tokens, seq_len, batch_size):
-        with autocast:
+        with autocast(device, autocast_dtype):
             total += _nll_sum(model, x.to(device), y.to(device))
     scored = n - 1
     loss = total / scored

@@ -1,7 +1,8 @@
 """Evaluation results as metrics.jsonl records (the run-directory contract), and appending them.
 
-`eval_records` is the one place an evaluation becomes `{"kind": "eval", ...}` records; training
-and `seqdsl eval` both write what it returns.
+`eval_records` is the one place an evaluation becomes `{"kind": "eval", ...}` records, and
+`evaluate_records` (evaluate, then `eval_records`) the one call training and `seqdsl eval` both
+make: the two write the same schema. This module imports torch only when it evaluates.
 """
 
 from __future__ import annotations
@@ -21,6 +22,18 @@ def eval_records(results: Mapping, in_domain: Mapping[str, bool], *, step: int, 
              "in_domain": bool(in_domain[domain]), "loss": r.loss, "bpb": r.bpb,
              "eval_tokens": r.tokens, "seq_len": seq_len}
             for domain, r in results.items()]
+
+
+def evaluate_records(model, sets: Mapping, *, step: int, tokens: int, seq_len: int, batch_size: int,
+                     device, autocast_dtype=None) -> list[dict]:
+    """The eval records of `model` on `sets` (domain -> EvalSet) after `step` optimizer steps and
+    `tokens` training tokens (seqdsl/eval/loss.py: `evaluate`)."""
+    from seqdsl.eval.loss import evaluate
+
+    results = evaluate(model, sets, seq_len=seq_len, batch_size=batch_size, device=device,
+                       autocast_dtype=autocast_dtype)
+    return eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=step, tokens=tokens,
+                        seq_len=seq_len)
 
 
 def append_records(path: str | Path, records: list[dict]) -> None:

@@ -1,50 +1,63 @@
-"""The evaluation sets of a run: its data source, tokenizer and held-out split, from config.json.
+"""The evaluation sets of a run, rebuilt from its config.json for `seqdsl eval`.
 
-Rebuilds exactly the held-out text training evaluated on (same source, tokenizer, held-out
-fraction and token budget, from the run's recorded config), with two overrides: other data
-files (`--data`) and other domains (`--domains`). The data pipeline itself (sources, tokenizer,
-held-out selection) is seqdsl/data/*; this module only maps a config onto it.
+By default these are exactly the held-out sets training evaluated on: the run's data config goes
+through the mapping training itself uses (`seqdsl.train.setup.resolve_data`: same source, domains,
+tokenizer, held-out fraction and token budget). Overrides: other data files (`--data`, where the
+run's domain lists do not apply: every domain of those files is evaluated, in-domain when the run
+trained on a domain of that name), a domain field, the domains (`--domains`: exactly those) and
+the token budget (`--max-tokens`).
 """
 
 from __future__ import annotations
 
+from pydantic import ValidationError
+
 from seqdsl.data.evalset import EvalSet
 from seqdsl.errors import SeqError
-
-ALL_DOMAINS = "*"
 
 
 def _pipeline():
     try:
-        from seqdsl.data import builtin, heldout, shards, tokenizer
+        from seqdsl.data import tokenizer
+        from seqdsl.train import config, setup
     except ModuleNotFoundError as err:
         if not (err.name or "").startswith("seqdsl"):
             raise
         raise SeqError(f"`seqdsl eval` needs the data pipeline ({err.name}), which this installation "
                        "lacks") from None
-    return builtin, heldout, shards, tokenizer
+    return config, setup, tokenizer
+
+
+def _data_config(config: dict, *, data: list[str] | None = None, domain_field: str | None = None,
+                    max_tokens: int | None = None):
+    """The run's `DataConfig` (config.json's "data") with the command line's overrides."""
+    config_module, _, _ = _pipeline()
+    raw = dict(config.get("data") or {})
+    if data:
+        raw.update(source="files", files=list(data), eval_domains=None)
+        if config.get("train_domains") is not None:  # what the run resolved its domains to (["*"] included)
+            raw["train_domains"] = list(config["train_domains"])
+    if domain_field:
+        raw["domain_field"] = domain_field
+    if max_tokens:
+        raw["eval_tokens"] = max_tokens
+    try:
+        return config_module.DataConfig.model_validate(raw)
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "data"
+        raise SeqError(f"the run's config.json has a bad data setting: data.{where}: {first['msg']}") from None
 
 
 def run_eval_sets(config: dict, *, data: list[str] | None = None, domain_field: str | None = None,
                   domains: list[str] | None = None, max_tokens: int | None = None) -> dict[str, EvalSet]:
-    builtin, heldout, shards, tokenizer = _pipeline()
-    cfg = config.get("data", {}) or {}
-    field = domain_field or cfg.get("domain_field")
-    text_field = cfg.get("text_field", "text")
-    kind = "files" if data else cfg.get("source", "builtin")
-    if kind == "builtin":
-        source = builtin.BuiltinSource()
-    elif kind == "files":
-        source = shards.ShardSource(list(data or cfg.get("files", [])), domain_field=field, text_field=text_field)
-    elif kind == "hub":
-        source = shards.HubSource(cfg["hub"], split=cfg.get("hub_split", "train"), domain_field=field,
-                                  text_field=text_field)
-    else:
-        raise SeqError(f"the run's config names an unknown data source {kind!r}")
-    chosen = list(domains or cfg.get("eval_domains") or source.domains())
-    trained = list(cfg.get("train_domains", []))
-    if ALL_DOMAINS in trained:
-        trained = list(chosen)
-    return heldout.build_eval_sets(
-        source, tokenizer.load_tokenizer(cfg.get("tokenizer", "bytes")), chosen, trained,
-        heldout=float(cfg.get("heldout", 0.05)), max_tokens=int(max_tokens or cfg.get("eval_tokens", 65_536)))
+    config_module, setup, tokenizer = _pipeline()
+    data_config = _data_config(config, data=data, domain_field=domain_field, max_tokens=max_tokens)
+    only = domains
+    if data and not domains:
+        if data_config.domain_field:
+            raise SeqError(f"the domains of records labelled by `{data_config.domain_field}` are only known "
+                           "after reading every file", hint="list them: --domains a,b")
+        only = [config_module.ALL]
+    resolved = setup.resolve_data(data_config, only=only)
+    return resolved.heldout_sets(tokenizer.load_tokenizer(data_config.tokenizer))

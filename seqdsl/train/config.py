@@ -33,6 +33,9 @@ class DataConfig(BaseModel):
     heldout: float = Field(0.05, gt=0.0, lt=1.0)  # fraction of documents held out (by text hash)
     eval_tokens: int = Field(65_536, gt=1)  # tokens per evaluated domain (whole documents)
 
+    def training_domains(self, available: list[str]) -> list[str]:
+        return list(available) if ALL in self.train_domains else list(self.train_domains)
+
 
 class RunConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -59,7 +62,10 @@ class RunConfig(BaseModel):
     log_every: int = Field(10, gt=0)
     device: str = "auto"  # auto = cuda if available, else cpu
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # autocast dtype; auto = bf16 on cuda
-    compile: bool = False  # torch.compile each block (as torchtitan does)
+    compile: bool = False  # torch.compile each block (as torchtitan does) and the loss head
+    # with compile, on CUDA: replay each compiled piece as a CUDA graph (torch.compile's
+    # "reduce-overhead"), so a step no longer waits on hundreds of kernel launches
+    cuda_graphs: bool = False
     # With several processes (torchrun): ddp replicates the model and optimizer in every process;
     # fsdp shards them (FSDP2, per block) for the presets whose replicas do not fit (1.3b and up).
     # Ignored by a single process. Checkpoints are the same either way (docs/training.md).
@@ -72,10 +78,9 @@ class RunConfig(BaseModel):
             raise ValueError("data.source = files needs data.files")
         if self.data.source == "hub" and not self.data.hub:
             raise ValueError("data.source = hub needs data.hub")
+        if self.cuda_graphs and not self.compile:
+            raise ValueError("cuda_graphs = true needs compile = true (the graphs are torch.compile's)")
         return self
-
-    def train_domains(self, available: list[str]) -> list[str]:
-        return list(available) if ALL in self.data.train_domains else list(self.data.train_domains)
 
 
 def _read(path: Path) -> dict:

@@ -50,13 +50,18 @@ class Progress:
                 pass
 
     def update(self, step: int, loss: float, tokens_per_s: float, mfu: float | None) -> None:
+        """Count a step; the figures are shown once every `every` steps (the bar's counter moves
+        every step)."""
         if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.update(1)
+        if step % self.every:
             return
         mfu_text = f"{100 * mfu:.1f}%" if mfu is not None else "n/a"
         if self.bar is not None:
-            self.bar.update(1)
             self.bar.set_postfix_str(f"loss {loss:.3f}  {tokens_per_s:,.0f} tok/s  MFU {mfu_text}")
-        elif step % self.every == 0:
+        else:
             print(f"step {step}  loss {loss:.4f}  {tokens_per_s:,.0f} tok/s  MFU {mfu_text}",
                   file=sys.stderr, flush=True)
 

@@ -15,62 +15,26 @@ from __future__ import annotations
 import json
 import math
 import time
-from contextlib import nullcontext
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
 
-from seqdsl.data.heldout import build_eval_sets
 from seqdsl.data.packing import Cursor, PackedSequences
 from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
+from seqdsl.eval.records import evaluate_records
 from seqdsl.train import checkpoint, distributed
 from seqdsl.train.config import RunConfig
-from seqdsl.train.evaluation import evaluate_sets
+from seqdsl.train.device import autocast_dtype, device_kind, pick_device, to_device
 from seqdsl.train.metrics import MetricsLog, Progress
-from seqdsl.train.optim import adamw, lr_at, set_lr
-from seqdsl.train.setup import config_digest, make_source, resolve_domains, resolve_model
-from seqdsl.train.throughput import mfu_meter
+from seqdsl.train.optim import lr_at, optimizer_for, set_lr
+from seqdsl.train.setup import config_digest, resolve_data, resolve_model
+from seqdsl.train.step import CausalLoss, apply_update, training_step
+from seqdsl.train.throughput import device_peak_flops, mfu_meter
 
 
 class TrainingStopped(SeqError):
     """The run cannot go on (a non-finite loss); the last good checkpoint is kept."""
-
-
-class CausalLoss(nn.Module):
-    """Mean next-token cross-entropy of a LanguageModel: the module DDP wraps (its forward is
-    what DDP hooks), so gradients are averaged over processes (distributed.wrap_model)."""
-
-    def __init__(self, lm: nn.Module):
-        super().__init__()
-        self.lm = lm
-
-    def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
-        logits, _ = self.lm(inputs)
-        return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
-
-
-def _device(name: str, d: distributed.Dist) -> torch.device:
-    if name == "auto":
-        name = "cuda" if torch.cuda.is_available() else "cpu"
-    try:
-        device = torch.device(name)
-    except RuntimeError:
-        raise SeqError(f"unknown device {name!r}", hint="use cpu, cuda or cuda:N") from None
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise SeqError("device cuda asked for, but no CUDA device is available")
-        device = torch.device("cuda", d.local_rank if d.world > 1 else (device.index or 0))
-        torch.cuda.set_device(device)
-    return device
-
-
-def _autocast_dtype(config: RunConfig, device: torch.device) -> torch.dtype | None:
-    if config.dtype == "bfloat16" or (config.dtype == "auto" and device.type == "cuda"):
-        return torch.bfloat16
-    return None
 
 
 def _batch_shape(config: RunConfig, world: int) -> tuple[int, int]:
@@ -84,8 +48,7 @@ def _batch_shape(config: RunConfig, world: int) -> tuple[int, int]:
 def train(config: RunConfig, out: Path, *, resume: bool = False, show_progress: bool = True) -> int:
     """Run (or resume) the training described by `config` in run directory `out`; returns the
     number of optimizer steps done in total."""
-    d = distributed.init("cuda" if config.device.startswith("cuda") or (
-        config.device == "auto" and torch.cuda.is_available()) else "cpu")
+    d = distributed.init(device_kind(config.device))
     try:
         return _train(config, out, d, resume=resume, show_progress=show_progress and d.main)
     finally:
@@ -95,11 +58,11 @@ def train(config: RunConfig, out: Path, *, resume: bool = False, show_progress: 
 def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, show_progress: bool) -> int:
     from seqdsl.lower.lm import LanguageModel
 
-    device = _device(config.device, d)
-    amp = _autocast_dtype(config, device)
+    device = pick_device(config.device, local_rank=d.local_rank if d.world > 1 else None)
+    amp = autocast_dtype(config.dtype, device)
     tokenizer = load_tokenizer(config.data.tokenizer)
-    source = make_source(config.data)
-    train_domains, eval_domains = resolve_domains(config, source)
+    data = resolve_data(config.data)
+    train_domains, eval_domains = data.train_domains, data.eval_domains
     model = resolve_model(config, tokenizer.vocab_size)
     seq_len = model.spec.context
     micro, accum = _batch_shape(config, d.world)
@@ -108,11 +71,10 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
         raise SeqError(f"tokens {config.tokens} is less than one batch ({config.batch} x {seq_len} tokens)")
 
     resolved = dict(config.model_dump(), model_name=model.spec.name, seq_len=seq_len, steps=steps,
-                    vocab=tokenizer.vocab_size, train_domains=train_domains,
-                    ood_domains=[x for x in eval_domains if x not in train_domains],
-                    data_source=source.describe(), processes=d.world, micro_batch=micro, accumulation=accum,
-                    parallel=config.parallel if d.world > 1 else "single",
-                    device=device.type, dtype=str(amp).removeprefix("torch.") if amp else "float32",
+                    vocab=tokenizer.vocab_size, train_domains=train_domains, ood_domains=data.ood_domains,
+                    data_source=data.source.describe(), processes=d.world, micro_batch=micro,
+                    accumulation=accum, parallel=config.parallel if d.world > 1 else "single", device=device.type,
+                    dtype=str(amp).removeprefix("torch.") if amp else "float32",
                     spec_digest=model.digest, torch_version=torch.__version__,
                     seqdsl_version=_version())
     digest = config_digest(resolved)
@@ -129,18 +91,17 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
 
     torch.manual_seed(config.seed)
     lm = LanguageModel(model.program, model.spec).to(device)
-    if config.compile:
-        for block in lm.blocks:  # per block, as torchtitan does: whole-LM compile fails on torch 2.11
-            block.compile()
-    parallel = distributed.wrap_model(lm, CausalLoss(lm), d, config.parallel, device, amp)
-    optimizer = adamw(lm, lr=config.lr, weight_decay=config.weight_decay, betas=(config.beta1, config.beta2))
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    # the data-parallel wrapping point (before the optimizer: FSDP2 replaces the parameters)
+    parallel = distributed.wrap_model(lm, loss_fn, d, config.parallel, device, amp)
+    optimizer = optimizer_for(lm, config)
     start, tokens_seen, elapsed0, cursor = 0, 0, 0.0, Cursor()
     if loaded is not None:
         checkpoint.restore(loaded, lm, optimizer)
         checkpoint.set_rng_state(loaded.state["rng"])
         start, tokens_seen = loaded.state["step"], loaded.state["tokens"]
         elapsed0, cursor = loaded.state.get("elapsed", 0.0), Cursor(**loaded.state["cursor"])
-    stream = PackedSequences(lambda: source.documents(train_domains), tokenizer.encode, tokenizer.eos_id,
+    stream = PackedSequences(lambda: data.source.documents(train_domains), tokenizer.encode, tokenizer.eos_id,
                              seq_len, config.data.heldout, cursor)
 
     log = MetricsLog(out / "metrics.jsonl")
@@ -155,9 +116,8 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
             log.truncate_after(start)
             log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}"})
     if d.main or parallel.sharded:  # a sharded model's forward needs every process
-        sets = build_eval_sets(source, tokenizer, eval_domains, train_domains, heldout=config.data.heldout,
-                               max_tokens=config.data.eval_tokens)
-    mfu = mfu_meter(model, seq_len, device)
+        sets = data.heldout_sets(tokenizer)
+    mfu = mfu_meter(model, seq_len, device_peak_flops(device))
     progress = Progress(steps, start, config.log_every, show_progress)
     progress.message(f"training {model.spec.name} at preset {config.preset or 'as written'} "
                      f"({lm.num_parameters():,} parameters) for {steps} steps of "
@@ -167,39 +127,31 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
     def evaluate(step: int) -> None:
         if not (d.main or parallel.sharded):
             return
-        results = evaluate_sets(lm, sets, seq_len=seq_len, batch_size=config.eval_batch, device=device,
-                                autocast_dtype=amp)
-        for domain, (loss, bpb, n) in results.items() if d.main else ():
-            log.write({"kind": "eval", "step": step, "tokens": tokens_seen, "domain": domain,
-                       "in_domain": domain in train_domains, "loss": loss, "bpb": bpb, "eval_tokens": n,
-                       "seq_len": seq_len})
+        records = evaluate_records(lm, sets, step=step, tokens=tokens_seen, seq_len=seq_len,
+                                   batch_size=config.eval_batch, device=device, autocast_dtype=amp)
+        if not d.main:
+            return
+        for record in records:
+            log.write(record)
         progress.message(f"eval at step {step}: " + "  ".join(
-            f"{dom}{'*' if dom in train_domains else ''} {loss:.3f} ({bpb:.3f} bpb)"
-            for dom, (loss, bpb, _) in results.items()))
+            f"{r['domain']}{'*' if r['in_domain'] else ''} {r['loss']:.3f} ({r['bpb']:.3f} bpb)" for r in records))
 
     def save(step: int, elapsed: float) -> None:
         state = {"tokens": tokens_seen, "cursor": stream.cursor.to_json(), "rng": checkpoint.rng_state(),
                  "config_digest": digest, "elapsed": elapsed}
         checkpoint.save(ckpt_root, step, lm, optimizer, state, model.text, keep=config.keep_checkpoints)
 
-    autocast = (lambda: torch.autocast(device.type, dtype=amp)) if amp else nullcontext
     lm.train()
     t_start = time.perf_counter()
     for step in range(start, steps):
         t0 = time.perf_counter()
         set_lr(optimizer, lr := lr_at(step, steps, config.lr, config.warmup, config.min_lr_ratio))
         batch = stream.batch(config.batch)  # (B, T + 1): the same on every process
-        mine = batch[d.rank * micro * accum: (d.rank + 1) * micro * accum]
-        loss_sum = 0.0
-        for k in range(accum):
-            chunk = mine[k * micro: (k + 1) * micro].to(device)
-            with parallel.micro_batch(last=k == accum - 1):
-                with autocast():
-                    loss = parallel.loss(chunk[:, :-1], chunk[:, 1:])
-                (loss / accum).backward()
-            loss_sum += loss.item()
-        loss_value = d.mean(loss_sum / accum, device)
-        grad_norm = torch.nn.utils.clip_grad_norm_(lm.parameters(), config.clip).item()
+        mine = to_device(batch[d.rank * micro * accum: (d.rank + 1) * micro * accum], device)  # (M * A, T + 1)
+        stats = training_step(parallel.loss, lm.parameters(), mine, micro, autocast_dtype=amp, clip=config.clip,
+                              micro_batch=parallel.micro_batch)
+        loss_value, grad_norm = stats.tolist()  # the step's one read of the device (the check below needs it)
+        loss_value = d.mean(loss_value, device)
         if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
             last = checkpoint.latest_name(ckpt_root)
             what = "loss" if not math.isfinite(loss_value) else "gradient norm"
@@ -211,23 +163,24 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                 f"the {what} became {loss_value if what == 'loss' else grad_norm} at step {step + 1}; training stopped",
                 hint=(f"the last good checkpoint is {ckpt_root / last}" if last else "no checkpoint was written yet")
                 + "; lower the learning rate (--set lr=...) and start again, or resume with --resume")
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        apply_update(optimizer)
         tokens_seen += config.batch * seq_len
         now = time.perf_counter()
         tokens_per_s = config.batch * seq_len / (now - t0)
+        utilisation = mfu(tokens_per_s)
         if d.main:
             if step == start and config.compile:
                 log.write({"kind": "event", "step": step + 1, "event": "compile",
-                           "detail": f"first step (compiling {len(lm.blocks)} blocks) took {now - t0:.1f} s"})
+                           "detail": f"first step (compiling {len(lm.blocks)} blocks and the loss head) "
+                                     f"took {now - t0:.1f} s"})
             log.write({"kind": "train", "step": step + 1, "tokens": tokens_seen, "loss": loss_value, "lr": lr,
-                       "tokens_per_s": tokens_per_s, "mfu": mfu(tokens_per_s), "time": elapsed0 + now - t_start})
-            progress.update(step + 1, loss_value, tokens_per_s, mfu(tokens_per_s))
+                       "tokens_per_s": tokens_per_s, "mfu": utilisation, "time": elapsed0 + now - t_start})
+            progress.update(step + 1, loss_value, tokens_per_s, utilisation)
         last_step = step + 1 == steps
         if last_step or (config.eval_every and (step + 1) % config.eval_every == 0):
             evaluate(step + 1)
         if last_step or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0):
-            save(step + 1, elapsed0 + time.perf_counter() - t_start)  # process 0 writes
+            save(step + 1, elapsed0 + time.perf_counter() - t_start)  # every process calls; process 0 writes
     progress.close()
     return steps
 

@@ -7,10 +7,12 @@ import json
 from dataclasses import dataclass
 
 from seqdsl.data.documents import DocumentSource
+from seqdsl.data.evalset import EvalSet
+from seqdsl.data.heldout import build_eval_sets
 from seqdsl.errors import SeqError, did_you_mean
 from seqdsl.ir import nodes
 from seqdsl.ir.printer import format_program
-from seqdsl.train.config import DataConfig, RunConfig
+from seqdsl.train.config import ALL, DataConfig, RunConfig
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,27 @@ def resolve_model(config: RunConfig, vocab: int) -> ResolvedModel:
     return ResolvedModel(trained, spec, format_program(trained))
 
 
+@dataclass(frozen=True)
+class RunData:
+    """What a run's data config resolves to: its source, the domains it trains on and the domains
+    it is evaluated on. `resolve_data` is the one mapping from a `DataConfig` to these, used by
+    training and by `seqdsl eval` (seqdsl/eval/sets.py), so both score the same held-out text."""
+
+    config: DataConfig
+    source: DocumentSource
+    train_domains: list[str]
+    eval_domains: list[str]  # the training domains first (by default), then the others
+
+    @property
+    def ood_domains(self) -> list[str]:
+        return [d for d in self.eval_domains if d not in self.train_domains]
+
+    def heldout_sets(self, tokenizer) -> dict[str, EvalSet]:
+        """The held-out evaluation set of every evaluated domain (seqdsl/data/heldout.py)."""
+        return build_eval_sets(self.source, tokenizer, self.eval_domains, self.train_domains,
+                               heldout=self.config.heldout, max_tokens=self.config.eval_tokens)
+
+
 def make_source(data: DataConfig) -> DocumentSource:
     if data.source == "builtin":
         from seqdsl.data.builtin import BuiltinSource
@@ -52,17 +75,24 @@ def make_source(data: DataConfig) -> DocumentSource:
     return HubSource(data.hub, split=data.hub_split, domain_field=data.domain_field, text_field=data.text_field)
 
 
-def resolve_domains(config: RunConfig, source: DocumentSource) -> tuple[list[str], list[str]]:
-    """(training domains, evaluated domains: the training ones first, then the others)."""
-    listed = config.data.eval_domains
-    available = listed if listed is not None and config.data.domain_field else source.domains()
-    train = config.train_domains(available)
-    evaluated = list(dict.fromkeys(train + (listed if listed is not None else available)))
+def resolve_data(data: DataConfig, *, only: list[str] | None = None) -> RunData:
+    """The source of `data` and its domains. Evaluated: the training domains, then
+    `data.eval_domains` (default: every domain of the source); or exactly `only` when given
+    (`seqdsl eval --domains`; `[ALL]`: every domain of the source). A domain the source does not
+    have is one SeqError."""
+    source = make_source(data)
+    listed = data.eval_domains if only is None else (None if ALL in only else list(only))
+    # with a domain field the source cannot list its domains without reading everything: the
+    # listed ones are taken as they are
+    available = listed if listed is not None and data.domain_field else source.domains()
+    train = data.training_domains(available)
+    chosen = listed if listed is not None else available
+    evaluated = list(dict.fromkeys((train if only is None else []) + chosen))
     for domain in evaluated:
         if domain not in available:
             hint = did_you_mean(domain, available) or f"domains: {', '.join(available)}"
             raise SeqError(f"unknown domain `{domain}`", hint=hint)
-    return train, evaluated
+    return RunData(data, source, train, evaluated)
 
 
 # How the global batch is spread over processes changes only the order of float sums, and

@@ -161,3 +161,71 @@ def test_eval_rebuilds_the_model_a_run_trained_at_a_preset(tmp_path):
     assert main(args + ["--set", 'preset="tiny"', "--set", "seq_len=16", "--out", str(run)]) == 0
     lm = build_model(read_checkpoint(run), "cpu")
     assert lm.spec.name == "transformer_tiny" and lm.spec.context == 16
+
+
+def test_eval_rebuilds_exactly_the_heldout_sets_training_evaluated(tmp_path, monkeypatch, capsys):
+    """The run lists `eval_domains = ["code"]` and trains on `web`: training evaluates web (in
+    domain) then code, and `seqdsl eval` on the run must rebuild those same sets (same domains,
+    order, tokens and bytes) and give the records training wrote for the same checkpoint."""
+    from seqdsl.eval.sets import run_eval_sets
+    from seqdsl.train.setup import RunData
+    from tests.train.helpers import micro_run_args
+
+    built = []
+    real = RunData.heldout_sets
+
+    def recorded(self, tokenizer):
+        built.append(real(self, tokenizer))
+        return built[-1]
+
+    monkeypatch.setattr(RunData, "heldout_sets", recorded)
+    run = tmp_path / "run"
+    args = micro_run_args(tmp_path, steps=4) + ["--set", 'data.eval_domains=["code"]', "--out", str(run)]
+    assert main(args) == 0
+    (trained,) = built
+    monkeypatch.setattr(RunData, "heldout_sets", real)
+    rebuilt = run_eval_sets(json.loads((run / "config.json").read_text()))
+    assert list(trained) == list(rebuilt) == ["web", "code"]
+    for domain, s in trained.items():
+        r = rebuilt[domain]
+        assert (s.domain, s.n_bytes, s.in_domain) == (r.domain, r.n_bytes, r.in_domain)
+        assert torch.equal(s.tokens, r.tokens)
+
+    def evals(lines: list[str]) -> list[dict]:
+        return [json.loads(x) for x in lines if json.loads(x)["kind"] == "eval" and json.loads(x)["step"] == 4]
+
+    logged = evals((run / "metrics.jsonl").read_text().splitlines())
+    capsys.readouterr()
+    assert main(["eval", str(run)]) == 0
+    appended = evals((run / "metrics.jsonl").read_text().splitlines())[len(logged):]
+    assert [r["domain"] for r in logged] == ["web", "code"] and len(appended) == len(logged)
+    for a, b in zip(logged, appended):  # the same schema, sets and weights: the same numbers
+        assert a.keys() == b.keys()
+        assert {k: v for k, v in a.items() if k not in ("loss", "bpb")} == \
+            {k: v for k, v in b.items() if k not in ("loss", "bpb")}
+        assert (b["loss"], b["bpb"]) == pytest.approx((a["loss"], a["bpb"]), rel=1e-6)
+
+
+@pytest.mark.parametrize("trained, in_domain", [
+    ({"data": {"train_domains": ["docstrings"]}}, [False, False]),
+    # a mixed-domain run on the builtin corpus: a domain of the same name was trained on
+    ({"data": {"train_domains": ["*"]}, "train_domains": ["code", "docstrings", "manual"]}, [True, False]),
+])
+def test_eval_on_other_files_scores_every_domain_of_them(tmp_path, trained, in_domain):
+    from tests.train.helpers import write_shards
+
+    config = {"seq_len": 16, "eval_batch": 2, "train_domains": None} | trained
+    run, _ = write_run(tmp_path, config={k: v for k, v in config.items() if v is not None})
+    other = write_shards(tmp_path / "other")
+    assert main(["eval", str(run), "--data", str(other), "--max-tokens", "100", "--out",
+                 str(tmp_path / "e.json")]) == 0
+    records = json.loads((tmp_path / "e.json").read_text())["records"]
+    assert [(r["domain"], r["in_domain"]) for r in records] == list(zip(["code", "web"], in_domain))
+    assert all(r["eval_tokens"] >= 99 for r in records)
+
+
+def test_eval_of_an_unknown_domain_is_one_message(tmp_path, capsys):
+    run, _ = write_run(tmp_path)
+    assert main(["eval", str(run), "--domains", "docstring"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown domain `docstring`" in err and "docstrings" in err and "Traceback" not in err

@@ -27,7 +27,7 @@ def test_overrides_then_flags(tmp_path):
                          lr=0.3, seed=None)
     assert config.lr == 0.3 and config.seed == 0 and config.preset is None
     assert config.data.heldout == 0.5 and config.data.train_domains == ["*"]
-    assert config.train_domains(["a", "b"]) == ["a", "b"]
+    assert config.data.training_domains(["a", "b"]) == ["a", "b"]
 
 
 @pytest.mark.parametrize("overrides, message", [

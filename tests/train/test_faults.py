@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from seqdsl.cli.main import main
-from seqdsl.train import run as run_module
+from seqdsl.train import step as step_module
 from tests.train.helpers import micro_run_args
 
 
@@ -78,7 +78,7 @@ def test_resume_with_another_config_is_refused(tmp_path, capsys):
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
-    real = run_module.CausalLoss.forward
+    real = step_module.CausalLoss.forward
     calls = {"n": 0}
 
     def nan_at_step_5(self, inputs, targets):
@@ -86,7 +86,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
         loss = real(self, inputs, targets)
         return loss * torch.nan if calls["n"] == 5 else loss
 
-    monkeypatch.setattr(run_module.CausalLoss, "forward", nan_at_step_5)
+    monkeypatch.setattr(step_module.CausalLoss, "forward", nan_at_step_5)
     run = tmp_path / "run"
     args = micro_run_args(tmp_path, steps=8) + ["--out", str(run)]
     assert main(args) == 2
@@ -99,5 +99,5 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     assert [r for r in rows if r["kind"] == "event"] == [
         {"kind": "event", "step": 4, "event": "nan", "detail": "loss nan"}]
     # the kept checkpoint is good: the run resumes from it (the patched forward is gone)
-    monkeypatch.setattr(run_module.CausalLoss, "forward", real)
+    monkeypatch.setattr(step_module.CausalLoss, "forward", real)
     assert main(args + ["--resume"]) == 0

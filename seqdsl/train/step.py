@@ -1,0 +1,95 @@
+"""One training step's computation, shared by `seqdsl train` (seqdsl/train/run.py) and
+benchmarks/bench_train.py, so the benchmark times what users run.
+
+Shape legend: M micro batch, A accumulation steps, T seq_len, D d_model, V vocab.
+
+Nothing here reads a value back to the host: the step returns the mean loss and the gradient
+norm as one device tensor, and the caller reads it once per optimizer step (the non-finite check
+needs it before the update). A read per micro batch would make the GPU drain its queue A times a
+step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import AbstractContextManager, nullcontext
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch.distributed.tensor import DTensor
+
+from seqdsl.train.device import autocast
+
+
+def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross-entropy: (M, T, V) logits, (M, T) targets -> (). The logits are taken to float32
+    for the softmax; compiled, the cast, log-softmax and gather fuse instead of materialising
+    float32 copies of a 50K-wide vocabulary (on an H100 this was most of the gap between 19% and
+    33% MFU for Transformer++ at 110m: benchmarks/profile_train.py)."""
+    return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
+
+
+class CausalLoss(nn.Module):
+    """Mean next-token cross-entropy of a LanguageModel: the module a data-parallel wrapper wraps
+    (its forward is what DDP hooks), so gradients are averaged over processes. It calls the model's
+    own forward, so FSDP2's hooks on the model (gathering the embedding, final norm and head) run.
+
+    `compile=True` compiles each block separately (as torchtitan does: compiling the whole LM
+    fails on torch 2.11) and the cross-entropy over the logits. `cuda_graphs=True` compiles them
+    with mode "reduce-overhead": each piece is replayed as a CUDA graph (on a GPU; torch.compile
+    warns and runs without graphs elsewhere)."""
+
+    def __init__(self, lm: nn.Module, *, compile: bool = False, cuda_graphs: bool = False):
+        super().__init__()
+        if cuda_graphs and not compile:
+            raise ValueError("cuda_graphs needs compile")
+        self.lm = lm
+        self.cuda_graphs = cuda_graphs
+        self.head_loss: Callable[..., Tensor] = next_token_loss
+        if compile:
+            mode = "reduce-overhead" if cuda_graphs else None
+            for block in lm.blocks:
+                block.compile(mode=mode)
+            self.head_loss = torch.compile(next_token_loss, mode=mode)
+
+    def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
+        if self.cuda_graphs:
+            # each micro batch is a new generation of graph replays: the previous one's outputs
+            # (its loss, read by then) may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
+        logits, _ = self.lm(inputs)
+        return self.head_loss(logits, targets)
+
+
+def training_step(loss_fn: nn.Module, params: Iterable[Tensor], rows: Tensor, micro: int, *,
+                  autocast_dtype: torch.dtype | None, clip: float,
+                  micro_batch: Callable[[bool], AbstractContextManager] | None = None) -> Tensor:
+    """Forward and backward of `rows` (M * A, T + 1) on the device, in A micro batches of M, then
+    gradient clipping to norm `clip`. The gradients are those of the mean loss over the rows.
+    Returns (mean loss, gradient norm before clipping) as a device tensor of 2, unread.
+    `micro_batch(last)` (seqdsl/train/distributed.py: Parallel.micro_batch) is entered around each
+    micro batch's forward and backward; a data-parallel layout uses it to reduce the gradients only
+    after the last one."""
+    if rows.shape[0] % micro:
+        raise ValueError(f"{rows.shape[0]} rows do not split into micro batches of {micro}")
+    accum = rows.shape[0] // micro
+    total = torch.zeros((), device=rows.device)
+    for k in range(accum):
+        chunk = rows[k * micro: (k + 1) * micro]  # (M, T + 1)
+        around = micro_batch(k == accum - 1) if micro_batch is not None else nullcontext()
+        with around:
+            with autocast(rows.device, autocast_dtype):
+                loss = loss_fn(chunk[:, :-1], chunk[:, 1:])
+            (loss / accum).backward()
+        total += loss.detach()
+    grad_norm = torch.nn.utils.clip_grad_norm_(params, clip)
+    if isinstance(grad_norm, DTensor):  # FSDP2's sharded parameters: the norm over all shards
+        grad_norm = grad_norm.full_tensor()
+    return torch.stack([total / accum, grad_norm.to(total.dtype)])
+
+
+def apply_update(optimizer: torch.optim.Optimizer) -> None:
+    """The optimizer step, and the gradients dropped (not zeroed: no memset, less memory)."""
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)

@@ -1,0 +1,156 @@
+"""The training step `seqdsl train` and benchmarks/bench_train.py share (seqdsl/train/step.py):
+accumulated micro batches give the gradient of the whole batch, the step reads nothing back from
+the device, the loss module's split head gives the model's own loss, and `compile` compiles the
+loss head as well as the blocks. The optimizer: fused AdamW on GPU parameters, foreach otherwise."""
+
+from __future__ import annotations
+
+import copy
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+import seqdsl
+from seqdsl.ir.presets import model_at
+from seqdsl.lower.lm import LanguageModel
+from seqdsl.train import optim
+from seqdsl.train.config import RunConfig
+from seqdsl.train.step import CausalLoss, apply_update, next_token_loss, training_step
+from tests.train.helpers import MICRO_SPEC
+
+
+def micro_lm(seed: int = 0) -> LanguageModel:
+    program = seqdsl.loads(MICRO_SPEC).program
+    torch.manual_seed(seed)
+    return LanguageModel(program, model_at(program).model)
+
+
+def rows(n: int = 4, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, 256, (n, 17), generator=torch.Generator().manual_seed(seed))  # (n, T + 1)
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+
+
+def test_causal_loss_is_the_models_own_next_token_loss():
+    lm = micro_lm()
+    x = rows()
+    assert CausalLoss(lm)(x[:, :-1], x[:, 1:]) == lm.loss(x[:, :-1], x[:, 1:])
+
+
+def test_accumulated_micro_batches_give_the_whole_batch_gradient():
+    lm = micro_lm()
+    x = rows(4)
+    stats = training_step(CausalLoss(lm), lm.parameters(), x, 1, autocast_dtype=None, clip=1e9)
+    # reference: one forward and backward over the whole batch, without the step's loop (float32:
+    # a float64 copy is another function, its RMSNorm eps being float64's)
+    ref = copy.deepcopy(lm)
+    for p in ref.parameters():
+        p.grad = None
+    loss = ref.loss(x[:, :-1], x[:, 1:])
+    loss.backward()
+    assert abs(stats[0].item() - loss.item()) <= 1e-6 * loss.item()
+    grads = dict(ref.named_parameters())
+    for name, p in lm.named_parameters():
+        assert rel_err(p.grad, grads[name].grad) < 1e-5, name
+    norm = torch.stack([g.grad.double().norm() for g in ref.parameters()]).norm()
+    assert abs(stats[1].item() - norm.item()) <= 1e-5 * norm.item()
+
+
+def test_clipping_scales_the_gradient_to_the_clip_norm():
+    lm = micro_lm()
+    stats = training_step(CausalLoss(lm), lm.parameters(), rows(2), 2, autocast_dtype=None, clip=1e-3)
+    clipped = torch.stack([p.grad.double().norm() for p in lm.parameters()]).norm().item()
+    assert stats[1].item() > 1e-3 and abs(clipped - 1e-3) <= 1e-6
+
+
+def test_the_step_reads_nothing_back_from_the_device(monkeypatch):
+    """One read per optimizer step is the caller's (the non-finite check); none per micro batch."""
+    lm = micro_lm()
+    loss_fn = CausalLoss(lm)
+    reads = []
+    for name in ("item", "tolist", "__float__", "__bool__", "cpu", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def spy(self, *args, _real=real, _name=name, **kwargs):
+            reads.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, spy)
+    stats = training_step(loss_fn, lm.parameters(), rows(4), 1, autocast_dtype=None, clip=1.0)
+    assert reads == []
+    stats.tolist()
+    assert reads == ["tolist"]
+
+
+def test_micro_batch_context_marks_only_the_last_micro_batch():
+    lm = micro_lm()
+    entered = []
+
+    class Around:
+        def __init__(self, last):
+            self.last = last
+
+        def __enter__(self):
+            entered.append(self.last)
+
+        def __exit__(self, *exc):
+            return False
+
+    training_step(CausalLoss(lm), lm.parameters(), rows(4), 1, autocast_dtype=None, clip=1.0, micro_batch=Around)
+    assert entered == [False, False, False, True]  # 4 micro batches: the last one reduces
+
+
+def test_apply_update_steps_and_drops_the_gradients():
+    lm = micro_lm()
+    opt = optim.optimizer_for(lm, RunConfig())
+    before = lm.embed.weight.detach().clone()
+    training_step(CausalLoss(lm), lm.parameters(), rows(2), 2, autocast_dtype=None, clip=1.0)
+    apply_update(opt)
+    assert not torch.equal(before, lm.embed.weight) and all(p.grad is None for p in lm.parameters())
+
+
+def test_compile_compiles_every_block_and_the_loss_head():
+    lm = micro_lm()
+    loss_fn = CausalLoss(lm, compile=True)  # compiles lazily: nothing runs here
+    assert getattr(loss_fn.head_loss, "_torchdynamo_orig_callable", None) is next_token_loss
+    assert all(getattr(block, "_compiled_call_impl", None) is not None for block in lm.blocks)
+    assert CausalLoss(micro_lm()).head_loss is next_token_loss
+
+
+@pytest.mark.slow
+def test_compiled_step_matches_the_eager_step():
+    eager, compiled = micro_lm(), micro_lm()
+    x = rows(4)
+    a = training_step(CausalLoss(eager), eager.parameters(), x, 2, autocast_dtype=None, clip=1e9)
+    b = training_step(CausalLoss(compiled, compile=True), compiled.parameters(), x, 2, autocast_dtype=None,
+                      clip=1e9)
+    assert abs(a[0].item() - b[0].item()) <= 1e-5 * a[0].item()
+    for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
+        assert rel_err(q.grad, p.grad) < 1e-4, name
+
+
+def _fake_model(device_type: str):
+    """A model whose parameters say they live on `device_type` (no GPU needed to check the choice)."""
+    params = [SimpleNamespace(dim=lambda: 2, device=torch.device(device_type)),
+              SimpleNamespace(dim=lambda: 1, device=torch.device(device_type))]
+    return SimpleNamespace(parameters=lambda: iter(params))
+
+
+@pytest.mark.parametrize("device_type, fused, foreach", [("cuda", True, None), ("cpu", None, True)])
+def test_adamw_is_fused_on_the_gpu_and_foreach_elsewhere(monkeypatch, device_type, fused, foreach):
+    made = {}
+    monkeypatch.setattr(torch.optim, "AdamW", lambda groups, **kwargs: made.update(kwargs, groups=groups))
+    optim.adamw(_fake_model(device_type), lr=1e-3, weight_decay=0.1)
+    assert (made["fused"], made["foreach"]) == (fused, foreach)
+    assert [g["weight_decay"] for g in made["groups"]] == [0.1, 0.0]
+    assert [len(g["params"]) for g in made["groups"]] == [1, 1]
+
+
+def test_optimizer_for_takes_the_run_configs_settings():
+    opt = optim.optimizer_for(micro_lm(), RunConfig(lr=0.02, weight_decay=0.3, beta1=0.8, beta2=0.9))
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.3, 0.0]
+    assert opt.defaults["lr"] == 0.02 and opt.defaults["betas"] == (0.8, 0.9)
+    assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
