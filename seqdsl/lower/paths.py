@@ -1,6 +1,8 @@
 """Execution paths for stage (3) of a mixer: the reference oracle or a fast kernel.
 
-Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim.
+Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim,
+Gk key heads and K value heads as the mixer stores them (grouped-query attention: K = Gk < H;
+Mamba-style query/key groups: Gk < K = H).
 
 A `PathChooser` is built from the mixer's `KernelKey` (seqdsl/ir/key.py), which says everything
 the computation is specialised on; nothing here reads the spec or the owning module. A path is
@@ -64,13 +66,14 @@ log = logging.getLogger("seqdsl")
 @dataclass
 class AttentionInputs:
     """Softmax and select families. Queries sit at positions pos..pos+T-1; keys at 0..L-1
-    (the cache included)."""
+    (the cache included). Keys and values come with their shared heads as cached, never
+    repeated by the caller: SDPA reads the groups itself (`enable_gqa`)."""
 
     q: Tensor  # (B, T, H, Dk) after rope / qk-norm
-    k: Tensor  # (B, L, H, Dk)
-    v: Tensor  # (B, L, H, Dv)
+    k: Tensor  # (B, L, Gk, Dk)
+    v: Tensor  # (B, L, K, Dv)
     pos: int = 0
-    bias: Tensor | None = None  # additive score bias over all L positions, (H or B,H, L, L)
+    bias: Tensor | None = None  # additive score bias of the T queries' rows, (H or B,H, T, L)
     alibi: Tensor | None = None  # (H,) ALiBi slopes
 
 
@@ -217,10 +220,12 @@ class PathChooser:
             from seqdsl.kernels import top1 as top1_kernels
 
             T, L = m.q.shape[1], m.k.shape[1]
+            # the generated kernels take one key/value head per query head
+            k, v = attn_ref.repeat_heads(m.k, self.key.heads), attn_ref.repeat_heads(m.v, self.key.heads)
             if m.pos == 0 and T == L:
-                return self._top1(m.q, m.k, m.v)  # bound once, when the plan chose it
+                return self._top1(m.q, k, v)  # bound once, when the plan chose it
             if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
-                return top1_kernels.decode(self.key, m.q, m.k, m.v)
+                return top1_kernels.decode(self.key, m.q, k, v)
         # a chunk of several queries against a cache runs on the reference
         return _attention_reference(self.key, m)
 
@@ -380,12 +385,18 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     B, T, H, _ = m.q.shape
     L = m.k.shape[1]
     scale = key.scale / key.temperature
-    q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
+    k = m.k
+    if k.shape[2] != m.v.shape[2]:  # keys shared in query/key groups, values per head
+        k = attn_ref.repeat_heads(k, m.v.shape[2])
+    # grouped-query attention: SDPA maps query head h to key/value head h // (H / K) itself,
+    # so the cache is never repeated to H heads
+    gqa = k.shape[2] != H
+    q, k, v = (t.transpose(1, 2) for t in (m.q, k, m.v))  # (B, H or K, *, D)
     # scale 0 (uniform weights) with is_causal gives NaN rows on CPU (torch 2.13): explicit mask
     plain = (scale != 0 and m.pos == 0 and T == L and m.bias is None and key.visibility == "full"
              and m.alibi is None)
     if plain:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
         return out.transpose(1, 2)
     visible = attn_ref.visibility_mask(
         T, window=key.window if key.visibility == "window" else None,
@@ -396,7 +407,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     if m.alibi is not None:
         bias = attn_ref.alibi_bias(m.alibi.to(attn_ref.bias_dtype(q.dtype)), T, offset=m.pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., m.pos:m.pos + T, :].to(attn_ref.bias_dtype(q.dtype))
+        rows = m.bias.to(attn_ref.bias_dtype(q.dtype))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
@@ -404,7 +415,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
         # SDPA adds the mask to the *scaled* scores; the bias is defined on the unscaled-by-
         # temperature scores like the reference, so divide it by the temperature here.
         mask = (bias / key.temperature).masked_fill(~visible, float("-inf")).to(q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)
 
 
@@ -434,25 +445,28 @@ def _in_float32(fn):
 def _attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     """The oracle. Queries are padded with zero rows for the cached positions so the reference
     (which scores a square T x T problem) sees every key at its true position; only the last T
-    rows are kept. O(L^2) per decoding step: fine for an oracle."""
+    rows are kept (the padded rows of the bias are zeros). Shared key/value heads are repeated
+    to one per query head. O(L^2) per decoding step: fine for an oracle."""
     B, T, H, F_ = m.q.shape
     L = m.k.shape[1]
+    k, v = attn_ref.repeat_heads(m.k, H), attn_ref.repeat_heads(m.v, H)
     q = m.q if m.pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
+    bias = None if m.bias is None else F.pad(m.bias, (0, 0, L - T, 0))
     window = key.window if key.visibility == "window" else None
     sel = key.select
     if sel is not None and sel.over == "element":
-        out = top1_ref.topk_element_ref(q, m.k, m.v, scale=key.scale, k_top=sel.k,
+        out = top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k,
                                         temperature=key.temperature, grad=sel.grad,
                                         value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi)
     elif sel is not None:
-        out = top1_ref.topk_chunk_ref(q, m.k, m.v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+        out = top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
                                       temperature=key.temperature, score=sel.score, local=sel.local,
                                       grad=sel.grad)
     else:
         chunk_local = key.window if key.visibility == "chunk_local" else None
-        out = attn_ref.attention_ref(q, m.k, m.v, scale=key.scale, temperature=key.temperature,
+        out = attn_ref.attention_ref(q, k, v, scale=key.scale, temperature=key.temperature,
                                      window=window, chunk_local=chunk_local, alibi_slopes=m.alibi,
-                                     bias=m.bias)
+                                     bias=bias)
     return out[:, L - T:]
 
 
