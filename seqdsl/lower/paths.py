@@ -33,6 +33,12 @@ Paths:
     self-checked, and when more than one passes they are timed once on this machine (kept with
     the self-check verdicts, seqdsl/lower/verdicts.py) and the faster runs.
 
+The plan is the one decision: its path names the backend (the part before the dot), and a call
+only executes it through that backend's runtime (`_RUNTIMES`: what each backend can refuse,
+self-check, time and run). A runtime never picks another backend; what it does with a call
+shape its kernel does not take is part of how it runs (the mamba runtime runs single decoding
+steps on the reference step, as its docs say).
+
 `set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
 "reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
 environment variable SEQDSL_PATH does the same for every mixer built afterwards.
@@ -55,6 +61,7 @@ from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import recurrent as rec_ref
+from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
 log = logging.getLogger("seqdsl")
@@ -233,16 +240,7 @@ class PathChooser:
 
     def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
         path = self._plan_call(m.q).path
-        if path.startswith("fla."):
-            from seqdsl.lower import fla_paths
-
-            return fla_paths.run(path, m, S)
-        if path.startswith("mamba.") and m.q.shape[1] > 1:
-            from seqdsl.lower import mamba_paths
-
-            return mamba_paths.run(self.key, m, S)
-        # decoding steps of the mamba path (one token) run the reference recurrent step
-        return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
+        return _RUNTIMES[backend(path)].run(self.key, path, m, S)
 
 
 def set_path(model: torch.nn.Module, path: str | None) -> None:
@@ -256,7 +254,20 @@ def set_path(model: torch.nn.Module, path: str | None) -> None:
             chooser.reset()
 
 
-# --- the runtime halves of the fast backends ---------------------------------------------------------
+# --- the runtime halves of the backends: they execute what the plan chose --------------------------
+
+
+def backend(path: str) -> str:
+    """The backend a path belongs to: "fla.chunk_gla" -> "fla", "reference.chunked" -> "reference"."""
+    return path.split(".", 1)[0]
+
+
+class _ReferenceRuntime:
+    what = "the reference"
+
+    @staticmethod
+    def run(key: KernelKey, path: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        return _recurrent_reference(key, m, S, path == "reference.recurrent")
 
 
 class _FlaRuntime:
@@ -301,9 +312,11 @@ class _MambaRuntime:
 
     @staticmethod
     def known_refusal(key: KernelKey, op: str) -> str:
+        """Only a missing mamba-ssm: no machine is known where its SSD kernels refuse (unlike
+        fla's gated backward on Hopper); the self-check judges the rest."""
         from seqdsl.lower import mamba_paths
 
-        return mamba_paths.importable() or mamba_paths.known_refusal(op)
+        return mamba_paths.importable()
 
     @staticmethod
     def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
@@ -314,6 +327,9 @@ class _MambaRuntime:
 
     @staticmethod
     def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The SSD kernels take chunks: a single decoding step runs the reference step."""
+        if m.q.shape[1] == 1:
+            return _recurrent_reference(key, m, S, True)
         from seqdsl.lower import mamba_paths
 
         return mamba_paths.run(key, m, S)
@@ -341,19 +357,20 @@ class _TritonRuntime:
         return top1.self_check(key, dtype, device)
 
 
-_RUNTIMES = {"fla": _FlaRuntime(), "mamba": _MambaRuntime(), "triton": _TritonRuntime()}
+_RUNTIMES = {"fla": _FlaRuntime(), "mamba": _MambaRuntime(), "triton": _TritonRuntime(),
+             "reference": _ReferenceRuntime()}
 
 
 def _race(key: KernelKey, passed: list[support.Support], dtype: torch.dtype, device: torch.device) -> str:
     """"<fastest op>: <op> <ms> ms, ..." for one forward + backward of each op on the same
     random inputs shaped like the key (B 2, T 2048): median of 5 timed runs after 2 warm-ups."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    draw = selfcheck.Draws(device)
+    rnd = lambda *shape: draw.normal(*shape, dtype=dtype)
     B, T, H = 2, 2048, key.heads
     F_, V = key.feature_dim, key.value_cols
     inputs = dict(q=rnd(B, T, H, F_) * key.scale, k=rnd(B, T, H, F_), v=rnd(B, T, H, V))
     if key.decay_shape != "none":
-        inputs["log_decay"] = -torch.rand(B, T, H, generator=g).to(device) * 0.5
+        inputs["log_decay"] = -draw.uniform(B, T, H) * 0.5
     inputs = {name: t.requires_grad_() for name, t in inputs.items()}
     times = {}
     with torch.enable_grad(), torch.autocast(device.type, enabled=False):

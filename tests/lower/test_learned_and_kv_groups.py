@@ -159,3 +159,19 @@ def test_gqa_decoding_hands_sdpa_the_cached_shared_heads_unrepeated(body, monkey
     assert calls == [(8, 2, 2, True)] * 4
     assert state.k.shape == (1, 9, 2, 8) and state.v.shape == (1, 9, 2, 8)
     assert rel_error(torch.cat(outs, 1), reference(x)[0]) < 1e-12
+
+
+def test_query_key_groups_in_softmax_decode_like_the_reference():
+    """qk_groups: the cache holds G = 2 key heads and H = 4 value heads; SDPA gets the keys
+    repeated to the values' heads, and pieces plus decoding equal the reference path."""
+    m = module("mixer f { heads = 4  head_dim = 8  qk_groups = 2  position = rope }")
+    reference = module("mixer f { heads = 4  head_dim = 8  qk_groups = 2  position = rope }")
+    reference.load_state_dict(m.state_dict())
+    set_path(reference, "reference")
+    x = torch.randn(2, 10, D, dtype=torch.float64)
+    outs, state = [], None
+    for a, b in [(0, 4), (4, 5), (5, 8), (8, 9), (9, 10)]:
+        y, state = m(x[:, a:b], state)
+        outs.append(y)
+    assert state.k.shape == (2, 10, 2, 8) and state.v.shape == (2, 10, 4, 8)
+    assert rel_error(torch.cat(outs, 1), reference(x)[0]) < 1e-12
