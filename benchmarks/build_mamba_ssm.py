@@ -20,7 +20,6 @@ nvcc matching torch's CUDA major version, torch, ninja, packaging and setuptools
 from __future__ import annotations
 
 import argparse
-import os
 import re
 import shutil
 import subprocess
@@ -36,8 +35,9 @@ VERSION = "2.3.2.post1"
 def cache_root(given: str | None) -> Path:
     if given:
         return Path(given)
-    root = os.environ.get("SEQDSL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "seqdsl")
-    return Path(root) / "mamba-wheels"
+    from seqdsl.cache_root import cache_dir  # the one rule for seqdsl's caches
+
+    return cache_dir("mamba-wheels")
 
 
 def target() -> tuple[str, str]:

@@ -1,13 +1,14 @@
 """The compile cache: rendered kernel modules on disk, imported from there.
 
 A kernel module is the text `seqdsl.codegen.render(key)` returns. It is written to
-`$SEQDSL_CACHE_DIR` (default ~/.cache/seqdsl/kernels) under a name that carries a hash of
+`$SEQDSL_CACHE_DIR/kernels/` (default ~/.cache/seqdsl/kernels/; seqdsl/cache_root.py is the one
+rule for every cache's place) under a name that carries a hash of
 (key, template source, generator version, Triton version), so a change to any of them renders a
 new file, and imported from that file (Triton's jit reads its source there). Triton's own cache
 then keeps the compiled binaries.
 
 Variables (docs/kernels.md):
-    SEQDSL_CACHE_DIR=dir         where rendered modules are written
+    SEQDSL_CACHE_DIR=dir         the root of seqdsl's caches: rendered modules go to dir/kernels/
     SEQDSL_KERNEL_DUMP=dir       also write each rendered module to dir/<slug>.py (readable copy)
     SEQDSL_KERNEL_OVERRIDE=dir   load dir/<slug>.py instead of the rendered source when it exists
                                  (hand-edited kernels; announced once with a warning)
@@ -25,11 +26,12 @@ from pathlib import Path
 from types import ModuleType
 
 from seqdsl import codegen
+from seqdsl.cache_root import cache_dir as _cache_dir
 from seqdsl.ir.key import KernelKey
 
 
 def cache_dir() -> Path:
-    return Path(os.environ.get("SEQDSL_CACHE_DIR") or Path.home() / ".cache" / "seqdsl" / "kernels")
+    return _cache_dir("kernels")
 
 
 def _write_atomic(path: Path, text: str) -> None:

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
+from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
 
@@ -114,21 +115,11 @@ TOLERANCE = {torch.float32: 1e-3, torch.bfloat16: 5e-2, torch.float16: 1e-2}
 
 
 def compare(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor) -> dict[str, float]:
-    """Norm-relative error of the output and of dq, dk, dv against the float64 reference."""
-    leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-    out = run(key, *leaves)
-    out.backward(do.to(out.dtype))
-    ref_leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
-    ref = reference(key, *ref_leaves)
-    ref.backward(do.double())
-    errors = {}
-    for name, got, want in zip(("o", "dq", "dk", "dv"), [out] + [t.grad for t in leaves],
-                               [ref] + [t.grad for t in ref_leaves]):
-        got = torch.zeros_like(want) if got is None else got.double()
-        scale = want.norm().item()
-        diff = (got - want).norm().item()
-        errors[name] = diff / scale if scale > 0 else diff
-    return errors
+    """Norm-relative error of the output and of dq, dk, dv against the float64 reference, both
+    differentiated against the output gradient `do`."""
+    return selfcheck.relative_errors(
+        functools.partial(run, key), functools.partial(reference, key), (q, k, v), ("q", "k", "v"),
+        reference_dtype=torch.float64, outputs=("o",), cotangents=(do,))
 
 
 @functools.lru_cache(maxsize=None)
@@ -136,19 +127,10 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     """(True, "") when the generated kernels match the reference here (outputs and every
     gradient, random inputs over a few chunks with a partial last one); else (False, why). The
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
-    device = torch.device(device)
     sel = key.select
     T = 2 * sel.chunk + 5 if sel.over == "chunk" else 77
-    gen = torch.Generator().manual_seed(0)
-    shapes = [(2, T, 2, d) for d in (key.feature_dim, key.feature_dim, key.head_dim)] + [(2, T, 2, key.head_dim)]
-    q, k, v, do = (torch.randn(*s, generator=gen).to(device=device, dtype=dtype) for s in shapes)
-    try:
-        with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            errors = compare(key, q, k, v, do)
-    except Exception as err:  # the kernel failed to compile or run here: that is the finding
-        return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
-    tol = TOLERANCE.get(dtype, 1e-4)
-    for name, err in errors.items():
-        if not err <= tol:  # also catches nan
-            return False, f"{name} differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
-    return True, ""
+    draw = selfcheck.Draws(device)
+    q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
+    return selfcheck.self_check(
+        functools.partial(run, key), functools.partial(reference, key), (q, k, v), ("q", "k", "v"),
+        outputs=("o",), tolerance=TOLERANCE.get(dtype, 1e-4), reference_dtype=torch.float64, device=device)

@@ -20,13 +20,41 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 
 # Upper bound of every count and size in a spec (heads, widths, windows, contexts...): far above
 # any real model, low enough that a typo like 10^20 heads is a located spec error, not an
 # overflow deep inside torch.
 MAX_SIZE = 2**24
+
+# Lower bound of a softmax temperature and of a learned value's initial value. The scores are
+# divided by the temperature in float32 or bfloat16 (largest finite value 3.4e38), and a learned
+# value is used as exp(log value), so a temperature near 1e-38 turns the scores into inf and the
+# weights into NaN; and from 1e-6 down a temperature only sharpens rounding noise: one float32
+# rounding step of a unit score (1.2e-7) already weighs e^0.12 at T = 1e-6.
+MIN_TEMPERATURE = 1e-6
+
+
+def _at_least_min_temperature(what: str, why: str):
+    """A pydantic before-validator: numbers below MIN_TEMPERATURE get a message that says why
+    (the generic `greater than or equal to` would not)."""
+
+    def check(value):
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and not value >= MIN_TEMPERATURE:
+            raise ValueError(f"{what} must be at least {MIN_TEMPERATURE:g}, got {value:g}: {why}")
+        return value
+
+    return BeforeValidator(check)
+
+
+_TEMPERATURE_AT_LEAST_MIN = _at_least_min_temperature(
+    "the temperature", "the scores are divided by it in float32/bfloat16, which overflows to inf/NaN "
+    "near 1e-38, and below 1e-06 it only sharpens rounding noise")
+_LEARNED_AT_LEAST_MIN = _at_least_min_temperature(
+    "a learned value", "a learned temperature divides the scores, which overflows float32/bfloat16 near "
+    "1e-38 and below 1e-06 only sharpens rounding noise; a learned scale that small starts with no "
+    "gradient (d exp(log s) = s)")
 
 
 class Node(BaseModel):
@@ -49,11 +77,12 @@ class Learned(Primitive):
     """A value the model learns, one per head, starting at `init` (`softmax(temperature =
     learned(1.0))`, `dot(scale = learned(0.125))`). It is stored as a log, so it stays positive
     whatever the optimiser does; the checker judges the mixer from `init` and says the value is
-    learned."""
+    learned. `init` is at least 1e-6: a learned temperature divides the scores, and a learned
+    scale that small would start with no gradient (d exp(log s) = s)."""
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("init",)
     kind: Literal["learned"] = "learned"
-    init: float = Field(1.0, gt=0, le=MAX_SIZE)
+    init: Annotated[float, _LEARNED_AT_LEAST_MIN] = Field(1.0, ge=MIN_TEMPERATURE, le=MAX_SIZE)
 
 
 def initial_value(value: "float | Learned") -> float:
@@ -162,10 +191,11 @@ Visibility = Annotated[Union[Full, Window, ChunkLocal], Field(discriminator="kin
 
 class Softmax(Primitive):
     """w_ij = softmax_j(score_ij / temperature): sharpens; lower temperature concentrates more.
-    `temperature = learned(init)` is a per-head temperature the model learns."""
+    `temperature = learned(init)` is a per-head temperature the model learns. The temperature
+    (or its initial value) is at least 1e-6: the scores are divided by it in float32/bfloat16."""
 
     kind: Literal["softmax"] = "softmax"
-    temperature: Union[Annotated[float, Field(gt=0)], Learned] = 1.0
+    temperature: Union[Annotated[float, _TEMPERATURE_AT_LEAST_MIN, Field(ge=MIN_TEMPERATURE)], Learned] = 1.0
 
 
 class Linear(Primitive):

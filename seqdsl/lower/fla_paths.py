@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.reference import recurrent as rec_ref
+from seqdsl.reference import selfcheck
 
 _VECTOR_OPS = ("fla.chunk_gla", "fla.chunk_rwkv6", "fla.chunk_rwkv7")
 _ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initial_state")
@@ -119,13 +120,13 @@ def _reference(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
 def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, decay: str, T: int = 80):
     """Random inputs shaped like a real call (T not a multiple of fla's chunk of 64), with the
     call's kind of decay, since fla takes different kernels for each."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
+    draw = selfcheck.Draws(device)
+    rnd = draw.normal
     B, H = 1, 2
     q, k, v = rnd(B, T, H, K) * K ** -0.5, rnd(B, T, H, K), rnd(B, T, H, V)
     log_decay = None
     if decay != "none":
-        log_decay = -torch.rand(B, T, H, *((K,) if decay == "vector" else ()), generator=g).to(device) * 0.5
+        log_decay = -draw.uniform(B, T, H, *((K,) if decay == "vector" else ())) * 0.5
     beta = torch.sigmoid(rnd(B, T, H)) if "delta" in op else None
     bonus = rnd(H, K) * 0.1 if op == "fla.chunk_rwkv6" else None
     a = torch.sigmoid(rnd(B, T, H, K)) if op == "fla.chunk_rwkv7" else None
@@ -149,15 +150,7 @@ def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V
     known = known_refusal(op, decay)
     if known:  # fla would refuse only in the backward pass, after minutes of compiling
         return False, known
-    # the check runs its own forward and backward, whatever the caller is doing: under
-    # no_grad (evaluation, generation) or autocast it would otherwise fail or test the wrong thing
-    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-        return _self_check(op, dtype, device, K, V, decay)
-
-
-def _self_check(op, dtype, device, K, V, decay) -> tuple[bool, str]:
-    from seqdsl.lower.selfcheck import compare
-
-    fast = lambda *args: _call(op, *args)
-    reference = lambda *args: _reference(op, *args)
-    return compare(fast, reference, _inputs(op, K, V, dtype, device, decay), _ARG_NAMES, dtype)
+    return selfcheck.self_check(
+        lambda *args: _call(op, *args), lambda *args: _reference(op, *args),
+        _inputs(op, K, V, dtype, device, decay), _ARG_NAMES, outputs=("output", "state"),
+        tolerance=selfcheck.TF32_TOLERANCE.get(dtype, 5e-3), reference_dtype=torch.float32, device=device)

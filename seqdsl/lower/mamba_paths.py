@@ -43,6 +43,7 @@ from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
 from seqdsl.reference import recurrent as rec_ref
+from seqdsl.reference import selfcheck
 
 CHUNK = 256  # Mamba-2's chunk size
 _KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
@@ -69,11 +70,6 @@ def importable() -> str:
     missing = [name for name in _KERNELS if not hasattr(ssd, name)]
     if missing:
         return f"this mamba-ssm lacks the SSD kernels seqdsl calls ({', '.join(missing)}); 2.3.x has them"
-    return ""
-
-
-def known_refusal(op: str) -> str:
-    """Nothing is known to refuse on any machine yet; the self-check decides."""
     return ""
 
 
@@ -190,11 +186,11 @@ def _inputs(K: int, V: int, G: int, H: int, decay: bool, dtype: torch.dtype, dev
             T: int = 300):
     """Random inputs in mamba's layout, shaped like a real call: T over one chunk and not a
     multiple of it, G groups shared by H heads, an initial state."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
+    draw = selfcheck.Draws(device)
+    rnd = draw.normal
     B = 1
     x, Bm, Cm = rnd(B, T, H, V), rnd(B, T, G, K), rnd(B, T, G, K) * K ** -0.5
-    log_decay = -torch.rand(B, T, H, generator=g).to(device) * 0.5 if decay else None
+    log_decay = -draw.uniform(B, T, H) * 0.5 if decay else None
     init = rnd(B, H, V, K) * 0.1
     return [x.to(dtype), log_decay, Bm.to(dtype), Cm.to(dtype), init]
 
@@ -214,8 +210,8 @@ def self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int,
     """(True, "") when the SSD path matches the reference (output, final state, every input
     gradient) on this machine for calls of these widths and grouping; else (False, what went
     wrong). The first call compiles and autotunes mamba's kernels."""
-    from seqdsl.lower.selfcheck import compare
-
     names = ("x (v)", "log_decay", "B (k)", "C (q)", "initial_state")
-    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-        return compare(ssd, reference, _inputs(K, V, G, min(H, 4 * G), decay, dtype, device), names, dtype)
+    return selfcheck.self_check(
+        ssd, reference, _inputs(K, V, G, min(H, 4 * G), decay, dtype, device), names,
+        outputs=("output", "state"), tolerance=selfcheck.TF32_TOLERANCE.get(dtype, 5e-3),
+        reference_dtype=torch.float32, device=device)

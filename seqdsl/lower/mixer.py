@@ -40,7 +40,7 @@ from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
 from seqdsl.lower import init
 from seqdsl.lower.paths import AttentionInputs, PathChooser, RecurrentInputs
-from seqdsl.reference.attention import alibi_slopes, bias_dtype, rope
+from seqdsl.reference.attention import alibi_slopes, bias_dtype, repeat_heads, rope
 from seqdsl.reference.features import feature_map
 
 
@@ -52,8 +52,8 @@ class LoweringError(SeqError):
 class MixerState:
     """What a mixer carries from one call to the next while decoding.
 
-    Softmax family: the key/value cache (k, v: B L K D, K = kv_groups: shared heads are stored
-    once) after rope. Recurrent family: the state
+    Softmax family: the key/value cache (k: B L Gk Dk, v: B L K Dv; shared heads are stored once,
+    and the paths take them as stored) after rope. Recurrent family: the state
     S (B H Dk Dv). Both: the last inputs the short convolution and token shift need, and the
     number of tokens seen (rope and random keys are position-dependent)."""
 
@@ -61,9 +61,10 @@ class MixerState:
     k: Tensor | None = None
     v: Tensor | None = None
     S: Tensor | None = None
-    # (B, H, L) decayed softmax: the log decay of every position so far, in the bias dtype. Not a
-    # running cumulative sum: differences of large cumulative sums cancel (see `segment_sums`).
-    log_decay: Tensor | None = None
+    # (B, H, L) decayed softmax: the score-bias row of the last position so far, [j] = sum of the
+    # log decays of positions j+1..L-1, in the bias dtype: each entry its own sum of same-sign
+    # terms (no cancellation, see `segment_sums`), from which the next rows follow exactly.
+    decay_row: Tensor | None = None
     conv: Tensor | None = None  # (B, size-1, C) last pre-conv inputs
     shift: Tensor | None = None  # (B, D) last token for token shift
 
@@ -300,11 +301,10 @@ class MixerModule(nn.Module):
         else:
             k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
             v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
-            bias, log_decays = self._score_bias(x, state, k_all.shape[1])
-            o = self.paths.attention(AttentionInputs(
-                q=self._learned_q(q), k=self._shared(k_all), v=self._shared(v_all), pos=pos, bias=bias,
-                alibi=getattr(self, "alibi", None)))
-            new_state = replace(state, k=k_all, v=v_all, log_decay=log_decays)
+            bias, decay_row = self._score_bias(x, state, k_all.shape[1])
+            o = self.paths.attention(AttentionInputs(  # k, v as cached: Gk and K heads
+                q=self._learned_q(q), k=k_all, v=v_all, pos=pos, bias=bias, alibi=getattr(self, "alibi", None)))
+            new_state = replace(state, k=k_all, v=v_all, decay_row=decay_row)
 
         # (4) output: norm, gate, projection
         o = self._output(o, x)
@@ -325,8 +325,7 @@ class MixerModule(nn.Module):
 
     def _shared(self, u: Tensor) -> Tensor:
         """(B, T, groups, D) -> (B, T, H, D): a shared head serves H/groups consecutive heads."""
-        groups = u.shape[2]
-        return u if groups == self.H else u.repeat_interleave(self.H // groups, dim=2)
+        return repeat_heads(u, self.H)
 
     def _learned_q(self, q: Tensor) -> Tensor:
         """q times the learned per-head scale / temperature (when the spec has them): the scores
@@ -356,23 +355,24 @@ class MixerModule(nn.Module):
         return feature_map(q, self.feature), feature_map(k, self.feature)
 
     def _score_bias(self, x: Tensor, state: MixerState, L: int) -> tuple[Tensor | None, Tensor | None]:
-        """Softmax family: additive (B or 1, H, L, L) biases from decay and positional relation,
-        in `bias_dtype` (float64 stays float64, anything else is float32), and the per-position
-        log decays to carry. Rows/columns cover all L positions; the path uses the last T rows."""
+        """Softmax family: the additive (B or 1, H, T, L) biases of the T new queries (positions
+        pos..pos+T-1) over all L keys, from decay and positional relation, in `bias_dtype`
+        (float64 stays float64, anything else is float32); and the decay's last bias row to
+        carry. A decoding step builds its (1, L) row, never the (L, L) matrix."""
         dtype = bias_dtype(x.dtype)
-        bias, log_decays = None, None
+        T = x.shape[1]
+        bias, decay_row = None, None
         if hasattr(self, "distance_bias"):
-            i = torch.arange(L, device=x.device)
-            dist = (i[:, None] - i[None, :]).clamp(min=0)
-            bias = self.distance_bias[:, dist].to(dtype)  # (H, L, L)
+            i = torch.arange(state.pos, state.pos + T, device=x.device)
+            dist = (i[:, None] - torch.arange(L, device=x.device)[None, :]).clamp(min=0)
+            bias = self.distance_bias[:, dist].to(dtype)  # (H, T, L)
         decay = self.spec.decay
         if not isinstance(decay, nodes.NoDecay):
             new = self._log_decay(x).to(dtype).transpose(1, 2)  # (B, H, T)
-            past = state.log_decay
-            log_decays = new if past is None else torch.cat([past, new], dim=-1)  # (B, H, L)
-            decay_bias = segment_sums(log_decays)
+            decay_bias = segment_sums(new, state.decay_row)  # (B, H, T, L)
+            decay_row = decay_bias[..., -1, :]
             bias = decay_bias if bias is None else bias + decay_bias
-        return bias, log_decays
+        return bias, decay_row
 
     # --- the recurrent family ------------------------------------------------------------------------
 
@@ -450,18 +450,29 @@ def layer_seed(seed: int, layer: int) -> int:
     return int.from_bytes(digest[:4], "little")
 
 
-def segment_sums(log_decay: Tensor) -> Tensor:
-    """(..., L) per-position log decays -> (..., L, L) with [i, j] = sum_{j < s <= i} log a_s
-    (0 for j >= i): the score bias of a decayed softmax.
+def segment_sums(log_decay: Tensor, previous_row: Tensor | None = None) -> Tensor:
+    """The score bias of a decayed softmax, [i, j] = sum_{j < s <= i} log a_s (0 for j >= i),
+    for the rows of new positions only.
+
+    log_decay (..., T): the log decays of positions p..p+T-1. previous_row (..., p): the bias row
+    of position p-1 (what the previous call returned as its last row), None when p = 0.
+    Returns (..., T, p+T): rows p..p+T-1 over every key 0..p+T-1. With p = 0 that is the whole
+    (L, L) bias; a decoding step (T = 1) costs one row, O(L).
 
     Why not cum_i - cum_j: the cumulative sums grow with L (-5 per token is -20000 at L = 4096)
     while the weights that matter have a bias of order 1, so the difference keeps only the last
     digits (a float32 cumsum lost 1e-5 of the output at L = 1024). Here every entry is summed
     from its own terms, all <= 0, starting at s = j + 1: a sum of same-sign terms has no
     cancellation, so its rounding error is at most (i - j) * eps * |entry| (recursive summation,
-    Higham, Accuracy and Stability of Numerical Algorithms, §4.2), whatever the position. The
-    cost is that of the (L, L) bias itself: one masked copy and a cumsum over it."""
-    L = log_decay.shape[-1]
-    later = torch.ones(L, L, dtype=torch.bool, device=log_decay.device).tril(-1)  # [s, j]: s > j
-    terms = log_decay[..., :, None].expand(*log_decay.shape, L).masked_fill(~later, 0.0)
-    return terms.cumsum(dim=-2)  # [i, j] = sum_{s <= i} terms[s, j]
+    Higham, Accuracy and Stability of Numerical Algorithms, §4.2), whatever the position. Row i
+    is row i-1 plus log a_i on the columns j < i, the recursion of the cumsum below: a forward in
+    pieces adds the same terms in the same order as one forward over everything."""
+    T = log_decay.shape[-1]
+    p = 0 if previous_row is None else previous_row.shape[-1]
+    s = torch.arange(p, p + T, device=log_decay.device)
+    later = s[:, None] > torch.arange(p + T, device=log_decay.device)[None, :]  # [s, j]: s > j
+    terms = log_decay[..., :, None].expand(*log_decay.shape, p + T).masked_fill(~later, 0.0)
+    if previous_row is None:
+        return terms.cumsum(dim=-2)  # [i, j] = sum_{s <= i} terms[s, j]
+    start = F.pad(previous_row, (0, T))[..., None, :]  # row p-1, zeros for j >= p-1
+    return torch.cat([start, terms], dim=-2).cumsum(dim=-2)[..., 1:, :]

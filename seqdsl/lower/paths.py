@@ -1,6 +1,8 @@
 """Execution paths for stage (3) of a mixer: the reference oracle or a fast kernel.
 
-Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim.
+Shape legend: B batch, T new tokens, L tokens so far, H heads, F key feature dim, Dv value dim,
+Gk key heads and K value heads as the mixer stores them (grouped-query attention: K = Gk < H;
+Mamba-style query/key groups: Gk < K = H).
 
 A `PathChooser` is built from the mixer's `KernelKey` (seqdsl/ir/key.py), which says everything
 the computation is specialised on; nothing here reads the spec or the owning module. A path is
@@ -31,6 +33,12 @@ Paths:
     self-checked, and when more than one passes they are timed once on this machine (kept with
     the self-check verdicts, seqdsl/lower/verdicts.py) and the faster runs.
 
+The plan is the one decision: its path names the backend (the part before the dot), and a call
+only executes it through that backend's runtime (`_RUNTIMES`: what each backend can refuse,
+self-check, time and run). A runtime never picks another backend; what it does with a call
+shape its kernel does not take is part of how it runs (the mamba runtime runs single decoding
+steps on the reference step, as its docs say).
+
 `set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
 "reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
 environment variable SEQDSL_PATH does the same for every mixer built afterwards.
@@ -53,6 +61,7 @@ from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import recurrent as rec_ref
+from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
 log = logging.getLogger("seqdsl")
@@ -64,13 +73,14 @@ log = logging.getLogger("seqdsl")
 @dataclass
 class AttentionInputs:
     """Softmax and select families. Queries sit at positions pos..pos+T-1; keys at 0..L-1
-    (the cache included)."""
+    (the cache included). Keys and values come with their shared heads as cached, never
+    repeated by the caller: SDPA reads the groups itself (`enable_gqa`)."""
 
     q: Tensor  # (B, T, H, Dk) after rope / qk-norm
-    k: Tensor  # (B, L, H, Dk)
-    v: Tensor  # (B, L, H, Dv)
+    k: Tensor  # (B, L, Gk, Dk)
+    v: Tensor  # (B, L, K, Dv)
     pos: int = 0
-    bias: Tensor | None = None  # additive score bias over all L positions, (H or B,H, L, L)
+    bias: Tensor | None = None  # additive score bias of the T queries' rows, (H or B,H, T, L)
     alibi: Tensor | None = None  # (H,) ALiBi slopes
 
 
@@ -217,10 +227,12 @@ class PathChooser:
             from seqdsl.kernels import top1 as top1_kernels
 
             T, L = m.q.shape[1], m.k.shape[1]
+            # the generated kernels take one key/value head per query head
+            k, v = attn_ref.repeat_heads(m.k, self.key.heads), attn_ref.repeat_heads(m.v, self.key.heads)
             if m.pos == 0 and T == L:
-                return self._top1(m.q, m.k, m.v)  # bound once, when the plan chose it
+                return self._top1(m.q, k, v)  # bound once, when the plan chose it
             if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
-                return top1_kernels.decode(self.key, m.q, m.k, m.v)
+                return top1_kernels.decode(self.key, m.q, k, v)
         # a chunk of several queries against a cache runs on the reference
         return _attention_reference(self.key, m)
 
@@ -228,16 +240,7 @@ class PathChooser:
 
     def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
         path = self._plan_call(m.q).path
-        if path.startswith("fla."):
-            from seqdsl.lower import fla_paths
-
-            return fla_paths.run(path, m, S)
-        if path.startswith("mamba.") and m.q.shape[1] > 1:
-            from seqdsl.lower import mamba_paths
-
-            return mamba_paths.run(self.key, m, S)
-        # decoding steps of the mamba path (one token) run the reference recurrent step
-        return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
+        return _RUNTIMES[backend(path)].run(self.key, path, m, S)
 
 
 def set_path(model: torch.nn.Module, path: str | None) -> None:
@@ -251,7 +254,20 @@ def set_path(model: torch.nn.Module, path: str | None) -> None:
             chooser.reset()
 
 
-# --- the runtime halves of the fast backends ---------------------------------------------------------
+# --- the runtime halves of the backends: they execute what the plan chose --------------------------
+
+
+def backend(path: str) -> str:
+    """The backend a path belongs to: "fla.chunk_gla" -> "fla", "reference.chunked" -> "reference"."""
+    return path.split(".", 1)[0]
+
+
+class _ReferenceRuntime:
+    what = "the reference"
+
+    @staticmethod
+    def run(key: KernelKey, path: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        return _recurrent_reference(key, m, S, path == "reference.recurrent")
 
 
 class _FlaRuntime:
@@ -296,9 +312,11 @@ class _MambaRuntime:
 
     @staticmethod
     def known_refusal(key: KernelKey, op: str) -> str:
+        """Only a missing mamba-ssm: no machine is known where its SSD kernels refuse (unlike
+        fla's gated backward on Hopper); the self-check judges the rest."""
         from seqdsl.lower import mamba_paths
 
-        return mamba_paths.importable() or mamba_paths.known_refusal(op)
+        return mamba_paths.importable()
 
     @staticmethod
     def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
@@ -309,6 +327,9 @@ class _MambaRuntime:
 
     @staticmethod
     def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+        """The SSD kernels take chunks: a single decoding step runs the reference step."""
+        if m.q.shape[1] == 1:
+            return _recurrent_reference(key, m, S, True)
         from seqdsl.lower import mamba_paths
 
         return mamba_paths.run(key, m, S)
@@ -336,19 +357,20 @@ class _TritonRuntime:
         return top1.self_check(key, dtype, device)
 
 
-_RUNTIMES = {"fla": _FlaRuntime(), "mamba": _MambaRuntime(), "triton": _TritonRuntime()}
+_RUNTIMES = {"fla": _FlaRuntime(), "mamba": _MambaRuntime(), "triton": _TritonRuntime(),
+             "reference": _ReferenceRuntime()}
 
 
 def _race(key: KernelKey, passed: list[support.Support], dtype: torch.dtype, device: torch.device) -> str:
     """"<fastest op>: <op> <ms> ms, ..." for one forward + backward of each op on the same
     random inputs shaped like the key (B 2, T 2048): median of 5 timed runs after 2 warm-ups."""
-    g = torch.Generator(device="cpu").manual_seed(0)
-    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    draw = selfcheck.Draws(device)
+    rnd = lambda *shape: draw.normal(*shape, dtype=dtype)
     B, T, H = 2, 2048, key.heads
     F_, V = key.feature_dim, key.value_cols
     inputs = dict(q=rnd(B, T, H, F_) * key.scale, k=rnd(B, T, H, F_), v=rnd(B, T, H, V))
     if key.decay_shape != "none":
-        inputs["log_decay"] = -torch.rand(B, T, H, generator=g).to(device) * 0.5
+        inputs["log_decay"] = -draw.uniform(B, T, H) * 0.5
     inputs = {name: t.requires_grad_() for name, t in inputs.items()}
     times = {}
     with torch.enable_grad(), torch.autocast(device.type, enabled=False):
@@ -380,12 +402,18 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     B, T, H, _ = m.q.shape
     L = m.k.shape[1]
     scale = key.scale / key.temperature
-    q, k, v = (t.transpose(1, 2) for t in (m.q, m.k, m.v))  # (B, H, *, D)
+    k = m.k
+    if k.shape[2] != m.v.shape[2]:  # keys shared in query/key groups, values per head
+        k = attn_ref.repeat_heads(k, m.v.shape[2])
+    # grouped-query attention: SDPA maps query head h to key/value head h // (H / K) itself,
+    # so the cache is never repeated to H heads
+    gqa = k.shape[2] != H
+    q, k, v = (t.transpose(1, 2) for t in (m.q, k, m.v))  # (B, H or K, *, D)
     # scale 0 (uniform weights) with is_causal gives NaN rows on CPU (torch 2.13): explicit mask
     plain = (scale != 0 and m.pos == 0 and T == L and m.bias is None and key.visibility == "full"
              and m.alibi is None)
     if plain:
-        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale)
+        out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
         return out.transpose(1, 2)
     visible = attn_ref.visibility_mask(
         T, window=key.window if key.visibility == "window" else None,
@@ -396,7 +424,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
     if m.alibi is not None:
         bias = attn_ref.alibi_bias(m.alibi.to(attn_ref.bias_dtype(q.dtype)), T, offset=m.pos, keys=L)
     if m.bias is not None:
-        rows = m.bias[..., m.pos:m.pos + T, :].to(attn_ref.bias_dtype(q.dtype))
+        rows = m.bias.to(attn_ref.bias_dtype(q.dtype))
         bias = rows if bias is None else bias + rows
     if bias is None:
         mask = visible
@@ -404,7 +432,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
         # SDPA adds the mask to the *scaled* scores; the bias is defined on the unscaled-by-
         # temperature scores like the reference, so divide it by the temperature here.
         mask = (bias / key.temperature).masked_fill(~visible, float("-inf")).to(q.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale, enable_gqa=gqa)
     return out.transpose(1, 2)
 
 
@@ -434,25 +462,28 @@ def _in_float32(fn):
 def _attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     """The oracle. Queries are padded with zero rows for the cached positions so the reference
     (which scores a square T x T problem) sees every key at its true position; only the last T
-    rows are kept. O(L^2) per decoding step: fine for an oracle."""
+    rows are kept (the padded rows of the bias are zeros). Shared key/value heads are repeated
+    to one per query head. O(L^2) per decoding step: fine for an oracle."""
     B, T, H, F_ = m.q.shape
     L = m.k.shape[1]
+    k, v = attn_ref.repeat_heads(m.k, H), attn_ref.repeat_heads(m.v, H)
     q = m.q if m.pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
+    bias = None if m.bias is None else F.pad(m.bias, (0, 0, L - T, 0))
     window = key.window if key.visibility == "window" else None
     sel = key.select
     if sel is not None and sel.over == "element":
-        out = top1_ref.topk_element_ref(q, m.k, m.v, scale=key.scale, k_top=sel.k,
+        out = top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k,
                                         temperature=key.temperature, grad=sel.grad,
                                         value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi)
     elif sel is not None:
-        out = top1_ref.topk_chunk_ref(q, m.k, m.v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+        out = top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
                                       temperature=key.temperature, score=sel.score, local=sel.local,
                                       grad=sel.grad)
     else:
         chunk_local = key.window if key.visibility == "chunk_local" else None
-        out = attn_ref.attention_ref(q, m.k, m.v, scale=key.scale, temperature=key.temperature,
+        out = attn_ref.attention_ref(q, k, v, scale=key.scale, temperature=key.temperature,
                                      window=window, chunk_local=chunk_local, alibi_slopes=m.alibi,
-                                     bias=m.bias)
+                                     bias=bias)
     return out[:, L - T:]
 
 

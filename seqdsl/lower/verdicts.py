@@ -5,8 +5,9 @@ input gradient). That check compiles and autotunes the kernel: seconds to minute
 depends only on facts that do not change between processes (the op, the shapes it was checked
 at, the dtype, the GPU model, and the versions of torch, Triton, fla and seqdsl), so it is stored
 in one JSON file per verdict under `$SEQDSL_CACHE_DIR/selfcheck/` (default
-`~/.cache/seqdsl/selfcheck/`), named by a hash of those facts. A new version of any of them is a
-new name, hence a new check. `SEQDSL_SELFCHECK_CACHE=0` turns the store off (always re-check).
+`~/.cache/seqdsl/selfcheck/`; seqdsl/cache_root.py places every cache), named by a hash of those
+facts. A new version of any of them is a new name, hence a new check. `SEQDSL_SELFCHECK_CACHE=0`
+turns the store off (always re-check).
 
 Files are written atomically (temp file + os.replace); an unreadable file is treated as absent
 and checked again, so a killed write costs one re-check, never a wrong verdict.
@@ -24,12 +25,13 @@ from typing import Callable
 
 import torch
 
+from seqdsl import cache_root
+
 _PACKAGES = ("torch", "triton", "fla-core", "flash-linear-attention", "mamba-ssm", "seqdsl")
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("SEQDSL_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "seqdsl")
-    return Path(root) / "selfcheck"
+    return cache_root.cache_dir("selfcheck")
 
 
 def _versions() -> dict[str, str]:

@@ -220,6 +220,8 @@ _NO = object()
 
 
 def pydantic_message(error: dict) -> str:
+    if error["type"] == "value_error":  # the IR's own validators write whole sentences
+        return str(error["ctx"]["error"])
     return error["msg"].lower().replace("input should be", "must be")
 
 

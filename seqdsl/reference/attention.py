@@ -58,6 +58,16 @@ def visibility_mask(
     return mask
 
 
+def repeat_heads(x: Tensor, heads: int) -> Tensor:
+    """(B, T, G, D) -> (B, T, heads, D) for heads shared in groups (grouped-query attention's
+    key/value heads, Mamba's query/key groups): group g serves the heads/G consecutive heads
+    g*heads/G..(g+1)*heads/G - 1."""
+    groups = x.shape[2]
+    if heads % groups:
+        raise ValueError(f"{groups} shared heads cannot serve {heads} heads")
+    return x if groups == heads else x.repeat_interleave(heads // groups, dim=2)
+
+
 def alibi_slopes(heads: int, *, dtype: torch.dtype = torch.float32, device=None) -> Tensor:
     """(H,) the ALiBi head slopes of Press et al. (2022); see seqdsl.ir.schedules.alibi_slopes."""
     return torch.tensor(schedules.alibi_slopes(heads), dtype=dtype, device=device)

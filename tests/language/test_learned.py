@@ -37,7 +37,7 @@ def test_learned_values_round_trip_through_the_printer():
 
 @pytest.mark.parametrize("bad", ["learned(0)", "learned(-1.0)"])
 def test_learned_init_must_be_positive(bad):
-    with pytest.raises(SeqError, match="learned` init: must be greater than 0"):
+    with pytest.raises(SeqError, match="learned` init: a learned value must be at least 1e-06"):
         mixer(f"mixer f {{ weights = softmax(temperature = {bad}) }}")
 
 

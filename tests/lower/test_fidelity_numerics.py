@@ -15,6 +15,7 @@ import math
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import seqdsl
 from seqdsl.ir import schedules
@@ -127,13 +128,80 @@ def test_decayed_softmax_float64_split_equals_full_at_4096():
     assert _split_difference(m, x, 2047) < 1e-12  # was 2.7e-4
 
 
-def test_decayed_softmax_carries_log_decays_in_the_bias_dtype():
+def test_decayed_softmax_carries_its_last_bias_row_in_the_bias_dtype():
     m = _module(DECAYED, torch.bfloat16)
     with torch.no_grad():
         _, state = m(torch.randn(1, 5, D_MODEL, dtype=torch.bfloat16))
-        bias, log_decays = m._score_bias(torch.randn(1, 2, D_MODEL, dtype=torch.bfloat16), state, 7)
-    assert state.log_decay.dtype == torch.float32 and state.log_decay.shape == (1, 2, 5)
-    assert bias.dtype == torch.float32 and log_decays.shape == (1, 2, 7)
+        bias, row = m._score_bias(torch.randn(1, 2, D_MODEL, dtype=torch.bfloat16), state, 7)
+    assert state.decay_row.dtype == torch.float32 and state.decay_row.shape == (1, 2, 5)
+    # only the two new queries' rows are built, over all 7 keys
+    assert bias.dtype == torch.float32 and bias.shape == (1, 2, 2, 7) and row.shape == (1, 2, 7)
+
+
+@pytest.mark.parametrize("cuts", [(0, 1, 2, 3), (0, 7, 8), (0, 5, 9, 10, 13)])
+def test_segment_sums_of_new_rows_equal_the_last_rows_of_the_full_bias(cuts):
+    """In float64, built piece by piece from the previous call's last row, the rows of the new
+    positions are the same numbers as the matching rows of the full (L, L) bias: the same terms
+    added in the same order."""
+    torch.manual_seed(2)
+    L = cuts[-1]
+    log_decay = -(5.0 + torch.rand(2, 3, L, dtype=torch.float64))
+    full = segment_sums(log_decay)
+    row = None
+    for a, b in zip(cuts, cuts[1:]):
+        rows = segment_sums(log_decay[..., a:b], row)
+        assert rows.shape == (2, 3, b - a, b)
+        assert torch.equal(rows, full[..., a:b, :b])
+        row = rows[..., -1, :]
+
+
+def test_segment_sums_in_float32_pieces_keep_the_per_entry_error_bound():
+    """In float32 the carried row is rounded once per call (the full bias accumulates its cumsum
+    in double on CPU), so pieces are not bit-equal to the full bias; each entry still stays
+    within (i - j) eps of the exact segment sum, relative to itself."""
+    torch.manual_seed(2)
+    cuts = (0, 300, 301, 302, 450, 451, 500)
+    log_decay = -(5.0 + torch.rand(1, cuts[-1], dtype=torch.float64))
+    exact = exact_segment_sums(log_decay)[0]
+    row, pieces = None, []
+    for a, b in zip(cuts, cuts[1:]):
+        rows = segment_sums(log_decay[..., a:b].float(), row)
+        pieces.append(F.pad(rows, (0, cuts[-1] - b)))
+        row = rows[..., -1, :]
+    got = torch.cat(pieces, dim=-2)[0].double()
+    i, j = torch.meshgrid(torch.arange(cuts[-1]), torch.arange(cuts[-1]), indexing="ij")
+    bound = (i - j).clamp(min=0) * torch.finfo(torch.float32).eps * exact.abs()
+    assert torch.all((got - exact).abs() <= bound), float(((got - exact).abs() - bound).max())
+
+
+def test_segment_sums_of_one_new_row_agree_with_an_exact_sum():
+    """Independent of the full bias: the decoding row against integer-exact segment sums."""
+    torch.manual_seed(3)
+    log_decay = -(5.0 + torch.rand(1, 40, dtype=torch.float64))
+    previous = segment_sums(log_decay[:, :39])[:, -1]
+    row = segment_sums(log_decay[:, 39:], previous)[:, 0]
+    exact = exact_segment_sums(log_decay)[0, -1]
+    assert ((row[0] - exact).abs() <= 40 * torch.finfo(torch.float64).eps * exact.abs()).all()
+
+
+def test_a_decoding_step_builds_one_bias_row_not_the_square():
+    m = _module(DECAYED, torch.float64)
+    seen = []
+    real = segment_sums
+
+    def spy(log_decay, previous_row=None):
+        out = real(log_decay, previous_row)
+        seen.append(tuple(out.shape[-2:]))
+        return out
+
+    import seqdsl.lower.mixer as mixer_module
+
+    x = torch.randn(1, 9, D_MODEL, dtype=torch.float64)
+    with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mixer_module, "segment_sums", spy)
+        _, state = m(x[:, :8])
+        m(x[:, 8:], state)
+    assert seen == [(8, 8), (1, 9)]
 
 
 # --- ALiBi and positional biases ---------------------------------------------------------------

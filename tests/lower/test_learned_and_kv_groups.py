@@ -10,6 +10,7 @@ import torch
 
 import seqdsl
 from seqdsl.lower.mixer import LoweringError, MixerModule
+from seqdsl.lower.paths import set_path
 
 D = 64
 
@@ -132,3 +133,45 @@ def test_multi_query_attention_has_one_key_value_head():
     assert m.k_proj.weight.shape == (16, D) and m.v_proj.weight.shape == (16, D)
     assert m.q_proj.weight.shape == (64, D)
     assert math.isfinite(m(torch.randn(1, 3, D, dtype=torch.float64))[0].sum().item())
+
+
+@pytest.mark.parametrize("body", ["position = rope", "visibility = window(4)  position = alibi"])
+def test_gqa_decoding_hands_sdpa_the_cached_shared_heads_unrepeated(body, monkeypatch):
+    """Each SDPA call (is_causal and explicit-mask) gets the K = 2 cached key/value heads with
+    enable_gqa, never the cache repeated to H = 8 heads; the result equals the reference path,
+    which repeats them readably."""
+    m = module(f"mixer f {{ heads = 8  head_dim = 8  kv_groups = 2  {body} }}")
+    reference = module(f"mixer f {{ heads = 8  head_dim = 8  kv_groups = 2  {body} }}")
+    reference.load_state_dict(m.state_dict())
+    set_path(reference, "reference")
+    calls, sdpa = [], torch.nn.functional.scaled_dot_product_attention
+
+    def spy(q, k, v, **kwargs):
+        calls.append((q.shape[1], k.shape[1], v.shape[1], kwargs.get("enable_gqa", False)))
+        return sdpa(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    x = torch.randn(1, 9, D, dtype=torch.float64)
+    outs, state = [], None
+    for a, b in [(0, 6), (6, 7), (7, 8), (8, 9)]:
+        y, state = m(x[:, a:b], state)
+        outs.append(y)
+    assert calls == [(8, 2, 2, True)] * 4
+    assert state.k.shape == (1, 9, 2, 8) and state.v.shape == (1, 9, 2, 8)
+    assert rel_error(torch.cat(outs, 1), reference(x)[0]) < 1e-12
+
+
+def test_query_key_groups_in_softmax_decode_like_the_reference():
+    """qk_groups: the cache holds G = 2 key heads and H = 4 value heads; SDPA gets the keys
+    repeated to the values' heads, and pieces plus decoding equal the reference path."""
+    m = module("mixer f { heads = 4  head_dim = 8  qk_groups = 2  position = rope }")
+    reference = module("mixer f { heads = 4  head_dim = 8  qk_groups = 2  position = rope }")
+    reference.load_state_dict(m.state_dict())
+    set_path(reference, "reference")
+    x = torch.randn(2, 10, D, dtype=torch.float64)
+    outs, state = [], None
+    for a, b in [(0, 4), (4, 5), (5, 8), (8, 9), (9, 10)]:
+        y, state = m(x[:, a:b], state)
+        outs.append(y)
+    assert state.k.shape == (2, 10, 2, 8) and state.v.shape == (2, 10, 4, 8)
+    assert rel_error(torch.cat(outs, 1), reference(x)[0]) < 1e-12
