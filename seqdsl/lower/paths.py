@@ -24,7 +24,8 @@ Paths:
         reference   seqdsl.reference.top1
     recurrent family
         mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/mamba_paths.py), CUDA
-                    only, after a self-check; single decoding steps run recurrent_ref
+                    only, after a self-check; single decoding steps (no gradient) run its
+                    selective_state_update after a self-check of their own, else recurrent_ref
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
     Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla), each is
@@ -113,6 +114,8 @@ class PathChooser:
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
         self._top1 = None  # the generated kernels, bound when a plan picks them
+        # (device, dtype) plans on mamba.ssd whose decoding steps passed the state-update self-check
+        self._mamba_steps: set[tuple[str, torch.dtype]] = set()
 
     def describe(self) -> dict[str, Plan]:
         """{device type: (path, reason)} for every device this mixer has run on."""
@@ -121,6 +124,7 @@ class PathChooser:
     def reset(self) -> None:
         self.chosen.clear()
         self._plans.clear()
+        self._mamba_steps.clear()
 
     def plan(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Plan:
         """The path this mixer takes on `device` for inputs of `dtype`. With `dtype = None`
@@ -162,8 +166,9 @@ class PathChooser:
         if dtype is None:  # planning for display: the self-checks run at the first real call
             first = usable[0]
             others = f"; {' or '.join(v.op for v in usable[1:])} if faster here" if len(usable) > 1 else ""
+            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.backend == "mamba" else ""
             return Plan(first.op, f"{_RUNTIMES[first.backend].what}, after a self-check against the "
-                                  f"reference{others}{not_here}")
+                                  f"reference{others}{steps}{not_here}")
         from seqdsl.lower import verdicts
 
         passed, failed = [], []
@@ -194,8 +199,24 @@ class PathChooser:
             from seqdsl.kernels import top1
 
             self._top1 = top1.bind(key)
+        steps = self._mamba_decoding(device, dtype) if chosen.backend == "mamba" else ""
         return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
-                               f"{timing}{not_here}")
+                               f"{timing}{steps}{not_here}")
+
+    def _mamba_decoding(self, device: torch.device, dtype: torch.dtype) -> str:
+        """Whether decoding steps on the mamba.ssd plan run mamba-ssm's state-update kernel (its
+        own self-check, kept with the others) or the reference step; the plan's reason says which."""
+        from seqdsl.lower import verdicts
+
+        runtime = _RUNTIMES["mamba"]
+        facts = {"op": "mamba.state_update", "dtype": dtype, "specialised_on": runtime.facts(self.key)}
+        ok, detail = verdicts.cached(facts, device, lambda: runtime.step_check(self.key, dtype, device))
+        if ok:
+            self._mamba_steps.add((str(device), dtype))
+            return f"; {_MambaRuntime.steps}, self-checked against the reference step"
+        warnings.warn(f"seqdsl: mixer {self.name}: mamba-ssm's selective_state_update failed its self-check "
+                      f"here ({detail}); decoding steps run the reference recurrent step instead", stacklevel=5)
+        return f"; decoding steps: the reference recurrent step (selective_state_update failed its self-check: {detail})"
 
     def _record(self, device: torch.device, choice: Plan) -> None:
         if self.chosen.get(device.type) != choice:
@@ -232,11 +253,14 @@ class PathChooser:
             from seqdsl.lower import fla_paths
 
             return fla_paths.run(path, m, S)
-        if path.startswith("mamba.") and m.q.shape[1] > 1:
+        if path.startswith("mamba."):
             from seqdsl.lower import mamba_paths
 
-            return mamba_paths.run(self.key, m, S)
-        # decoding steps of the mamba path (one token) run the reference recurrent step
+            if m.q.shape[1] > 1:
+                return mamba_paths.run(self.key, m, S)
+            # a decoding step: mamba's state-update kernel (no backward) when it passed its self-check
+            if (str(m.q.device), m.q.dtype) in self._mamba_steps and not torch.is_grad_enabled():
+                return mamba_paths.step(self.key, m, S)
         return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
 
 
@@ -284,7 +308,8 @@ class _FlaRuntime:
 
 
 class _MambaRuntime:
-    what = "mamba-ssm SSD chunked kernel (decoding steps: the reference recurrent step)"
+    what = "mamba-ssm SSD chunked kernel"
+    steps = "decoding steps: mamba-ssm's selective_state_update"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -306,6 +331,13 @@ class _MambaRuntime:
 
         return mamba_paths.self_check(dtype, device, key.feature_dim, key.value_cols, mamba_paths.groups(key),
                                       key.heads, key.decay_shape != "none")
+
+    @staticmethod
+    def step_check(key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        from seqdsl.lower import mamba_paths
+
+        return mamba_paths.step_self_check(dtype, device, key.feature_dim, key.value_cols,
+                                           mamba_paths.groups(key), key.heads, key.decay_shape != "none")
 
     @staticmethod
     def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
