@@ -84,6 +84,11 @@ class RecurrentInputs:
     k: Tensor  # (B, T, H, F)
     v: Tensor  # (B, T, H, value_cols)
     log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, F), as key.decay_shape says
+    # decay_shape "selective" (Mamba-1): the step size (B, T, H) > 0 and the rate (H, F) < 0, the
+    # log decay being dt x rate and the write dt k v^T; log_decay then holds only an extra
+    # per-head decay (ALiBi), or None
+    dt: Tensor | None = None
+    rate: Tensor | None = None
     beta: Tensor | None = None  # (B, T, H) delta rules
     bonus: Tensor | None = None  # (H, F) RWKV-6's bonus u
     a: Tensor | None = None  # (B, T, H, F) RWKV-7's in-context rate
@@ -166,8 +171,8 @@ class PathChooser:
         if dtype is None:  # planning for display: the self-checks run at the first real call
             first = usable[0]
             others = f"; {' or '.join(v.op for v in usable[1:])} if faster here" if len(usable) > 1 else ""
-            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.backend == "mamba" else ""
-            return Plan(first.op, f"{_RUNTIMES[first.backend].what}, after a self-check against the "
+            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.op == "mamba.ssd" else ""
+            return Plan(first.op, f"{_RUNTIMES[first.backend].what(first.op)}, after a self-check against the "
                                   f"reference{others}{steps}{not_here}")
         from seqdsl.lower import verdicts
 
@@ -199,8 +204,8 @@ class PathChooser:
             from seqdsl.kernels import top1
 
             self._top1 = top1.bind(key)
-        steps = self._mamba_decoding(device, dtype) if chosen.backend == "mamba" else ""
-        return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
+        steps = self._mamba_decoding(device, dtype) if chosen.op == "mamba.ssd" else ""
+        return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what(chosen.op)}, self-checked against the reference"
                                f"{timing}{steps}{not_here}")
 
     def _mamba_decoding(self, device: torch.device, dtype: torch.dtype) -> str:
@@ -253,7 +258,11 @@ class PathChooser:
             from seqdsl.lower import fla_paths
 
             return fla_paths.run(path, m, S)
-        if path.startswith("mamba."):
+        if path == "mamba.selective_scan" and m.q.shape[1] > 1:
+            from seqdsl.lower import selective_scan_paths
+
+            return selective_scan_paths.run(self.key, m, S)
+        if path == "mamba.ssd":
             from seqdsl.lower import mamba_paths
 
             if m.q.shape[1] > 1:
@@ -279,7 +288,9 @@ def set_path(model: torch.nn.Module, path: str | None) -> None:
 
 
 class _FlaRuntime:
-    what = "flash-linear-attention chunked kernel"
+    @staticmethod
+    def what(op: str) -> str:
+        return "flash-linear-attention chunked kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -308,8 +319,16 @@ class _FlaRuntime:
 
 
 class _MambaRuntime:
-    what = "mamba-ssm SSD chunked kernel"
+    """mamba.ssd (Mamba-2's SSD, seqdsl/lower/mamba_paths.py) and mamba.selective_scan (Mamba-1's
+    scan, seqdsl/lower/selective_scan_paths.py)."""
+
     steps = "decoding steps: mamba-ssm's selective_state_update"
+
+    @staticmethod
+    def what(op: str) -> str:
+        if op == "mamba.selective_scan":
+            return "mamba-ssm selective scan (decoding steps: the reference recurrent step)"
+        return "mamba-ssm SSD chunked kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -321,14 +340,19 @@ class _MambaRuntime:
 
     @staticmethod
     def known_refusal(key: KernelKey, op: str) -> str:
-        from seqdsl.lower import mamba_paths
+        from seqdsl.lower import mamba_paths, selective_scan_paths
 
+        if op == "mamba.selective_scan":
+            return selective_scan_paths.importable()
         return mamba_paths.importable() or mamba_paths.known_refusal(op)
 
     @staticmethod
     def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        from seqdsl.lower import mamba_paths
+        from seqdsl.lower import mamba_paths, selective_scan_paths
 
+        if op == "mamba.selective_scan":
+            return selective_scan_paths.self_check(dtype, device, key.feature_dim, key.value_cols,
+                                                   mamba_paths.groups(key), key.heads)
         return mamba_paths.self_check(dtype, device, key.feature_dim, key.value_cols, mamba_paths.groups(key),
                                       key.heads, key.decay_shape != "none")
 
@@ -341,13 +365,18 @@ class _MambaRuntime:
 
     @staticmethod
     def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
-        from seqdsl.lower import mamba_paths
+        from seqdsl.lower import mamba_paths, selective_scan_paths
+
+        if op == "mamba.selective_scan":
+            return selective_scan_paths.run(key, m, S)
 
         return mamba_paths.run(key, m, S)
 
 
 class _TritonRuntime:
-    what = "generated Triton kernel"
+    @staticmethod
+    def what(op: str) -> str:
+        return "generated Triton kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -495,9 +524,13 @@ _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delt
 
 @_in_float32
 def _recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
+    if key.decay_shape == "selective":  # Mamba-1's step: rule (1) with a per-channel decay
+        log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, m.v, m.log_decay)
+        m = replace(m, log_decay=log_decay, v=v, dt=None, rate=None)
     kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_REFERENCE_UPDATE[key.update], bonus=m.bonus,
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
     # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if key.decay_shape == "vector" else 64, **kwargs)
+    per_channel = key.decay_shape in ("vector", "selective")
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if per_channel else 64, **kwargs)

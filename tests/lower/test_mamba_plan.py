@@ -19,11 +19,14 @@ from tests.ir.test_support import _library_key
 
 class _StandIn:
     def __init__(self, name: str, passes: bool):
-        self.what, self.passes, self.checks = f"{name} stand-in", passes, 0
+        self.name, self.passes, self.checks = f"{name} stand-in", passes, 0
         self.steps_pass, self.step_checks = True, 0
 
+    def what(self, op):
+        return self.name
+
     def facts(self, key):
-        return self.what
+        return self.name
 
     def known_refusal(self, key, op):
         return ""

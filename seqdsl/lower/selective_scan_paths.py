@@ -1,0 +1,148 @@
+"""mamba-ssm's Mamba-1 selective scan (`selective_scan_fn`) as the fast path for
+`decay = data_dependent(selective)` (CUDA only).
+
+Shape legend
+    B batch   T tokens   H heads   G groups   K key width (mamba's dstate N)   V value width
+    D = H * V mamba's channels (dim)
+    reference: q, k (B, T, H, K), v (B, T, H, V), dt (B, T, H), rate (H, K), state S (B, H, K, V)
+    mamba:     u and delta (B, D, T), A (D, K), B and C (B, G, K, T), last state (B, D, K)
+
+The mapping, exact (docs/mamba.md). The selective step is rule (1) of
+seqdsl/reference/recurrent.py with log decay dt_t x rate and a step-scaled write:
+S_t = exp(dt_t rate) * S_(t-1) + dt_t k_t v_t^T, o_t = q_t^T S_t. Mamba-1's scan is, per channel d,
+x_t = exp(delta_t A_d) * x_(t-1) + delta_t B_t u_t, y_t = C_t . x_t (x of K entries). Column j of
+head h's state, S[h][:, j], is one such channel, d = h V + j: x = S[h][:, j], u = v[h, j],
+delta = dt[h] and A_d = rate[h] for every j of the head, B = k, C = q; channel d's group,
+d // (D / G) = h // (H / G), is its head's. The write dt k v^T is the scan's delta B u: nothing is
+divided by the step, so the mapping holds for any step size.
+
+Two things the scan does not do are done here, in PyTorch, exactly:
+- An initial state S0 (a prefill continuing one before it): selective_scan_fn starts from zero.
+  The recurrence is linear in the state, so S0 adds q_t^T (exp(L_t) * S0) to o_t and exp(L_T) * S0
+  to the final state, L_t the cumulative log decay up to t (<= 0: nothing overflows).
+- The final state's gradient: selective_scan_fn returns its last state without one (its docstring
+  says so). With gradients enabled the final state is recomputed differentiably, as
+  sum_t exp(L_T - L_t) * dt_t k_t v_t^T (one contraction over T); without, the kernel's is used.
+
+The scan runs in float32 (u, delta, B, C): the step sizes are small (1e-3 at initialisation) and
+delta multiplies every write. Its D skip and z gate are not used (the spec's gate runs outside).
+The path is self-checked against the reference (outputs, final state, every input gradient) once
+per machine and versions before it is used, like the SSD path (seqdsl/lower/mamba_paths.py).
+Decoding steps (one token) run the reference recurrent step.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey
+from seqdsl.lower.mamba_paths import groups
+from seqdsl.reference import recurrent as rec_ref
+
+
+def _scan_fn():
+    from mamba_ssm.ops.selective_scan_interface import selective_scan_fn
+
+    return selective_scan_fn
+
+
+@functools.lru_cache(maxsize=None)
+def importable() -> str:
+    """"" when mamba-ssm's selective scan imports here, else why not."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _scan_fn()
+    except Exception as err:  # ImportError, or its CUDA extension (selective_scan_cuda) failing to load
+        return f"mamba-ssm's selective scan is not importable here ({type(err).__name__}: " \
+               f"{str(err).splitlines()[0][:120] if str(err) else ''})"
+    return ""
+
+
+def scan_arguments(m, G: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """mamba's (u, delta, A, B, C), float32, for RecurrentInputs `m` of the selective step with G
+    groups (q and k identical within a group: one head per group is read)."""
+    batch, T, H, V = m.v.shape
+    every = H // G
+    channels = lambda t: t.float().reshape(batch, T, H * V).transpose(1, 2).contiguous()  # (B, D, T)
+    u = channels(m.v)
+    delta = channels(m.dt[..., None].expand(batch, T, H, V))
+    A = m.rate.float().repeat_interleave(V, dim=0).contiguous()  # (D, K)
+    per_group = lambda t: t[:, :, ::every].float().permute(0, 2, 3, 1).contiguous()  # (B, G, K, T)
+    return u, delta, A, per_group(m.k), per_group(m.q)
+
+
+def scan(m, S: Tensor | None, G: int, scan_fn=None) -> tuple[Tensor, Tensor]:
+    """The reference's (o (B, T, H, V), final state (B, H, K, V) float32) for RecurrentInputs `m`
+    of the selective step on state S; `scan_fn` replaces mamba's (a test's oracle)."""
+    if m.log_decay is not None:
+        raise ValueError("the selective scan takes no extra per-head decay (support.mamba refuses ALiBi)")
+    scan_fn = scan_fn or _scan_fn()
+    batch, T, H, V = m.v.shape
+    K = m.q.shape[-1]
+    y, last = scan_fn(*scan_arguments(m, G), return_last_state=True)
+    o = y.transpose(1, 2).reshape(batch, T, H, V)
+    cumulative = (m.dt.float()[..., None] * m.rate.float()).cumsum(1)  # L_t (B, T, H, K), <= 0
+    if torch.is_grad_enabled():  # the kernel's last state has no gradient: recompute it
+        to_end = (cumulative[:, -1:] - cumulative).exp()
+        final = torch.einsum("bthk,bthv->bhkv", m.k.float() * to_end, m.v.float() * m.dt.float()[..., None])
+    else:
+        final = last.reshape(batch, H, V, K).transpose(-1, -2)
+    if S is not None:  # the scan starts from zero; the recurrence is linear in the state
+        o = o + torch.einsum("bthk,bhkv->bthv", m.q.float() * cumulative.exp(), S.float())
+        final = final + cumulative[:, -1, :, :, None].exp() * S.float()
+    return o.to(m.v.dtype), final
+
+
+def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The reference's (o, final state (B, H, K, V)) for RecurrentInputs `m`, through mamba-ssm."""
+    return scan(m, S, groups(key))
+
+
+# --- the self-check ----------------------------------------------------------------------------------
+
+
+def _inputs(K: int, V: int, G: int, H: int, dtype: torch.dtype, device: torch.device, T: int = 300):
+    """Random inputs shaped like a real call: q and k per group (B, T, G, K), v, step sizes
+    around Mamba-1's initial ones, S4D-real rates, an initial state."""
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=torch.float32)
+    B = 2
+    q, k, v = rnd(B, T, G, K) * K ** -0.5, rnd(B, T, G, K), rnd(B, T, H, V)
+    dt = torch.nn.functional.softplus(rnd(B, T, H) - 3.0)
+    rate = -torch.arange(1, K + 1, dtype=torch.float32, device=device).expand(H, K).contiguous()
+    return [q.to(dtype), k.to(dtype), v.to(dtype), dt, rate, rnd(B, H, K, V) * 0.1]
+
+
+def _as_inputs(q, k, v, dt, rate):
+    from seqdsl.lower.paths import RecurrentInputs
+
+    heads = lambda t: t.repeat_interleave(v.shape[2] // t.shape[2], dim=2)
+    return RecurrentInputs(q=heads(q), k=heads(k), v=v, dt=dt, rate=rate)
+
+
+def _fast(q, k, v, dt, rate, S):
+    return scan(_as_inputs(q, k, v, dt, rate), S, q.shape[2])
+
+
+def reference(q, k, v, dt, rate, S) -> tuple[Tensor, Tensor]:
+    """The same call on the reference (the selective step as rule (1), chunked_ref)."""
+    m = _as_inputs(q, k, v, dt, rate)
+    log_decay, v_written = rec_ref.selective_to_additive(m.dt, m.rate, m.v)
+    return rec_ref.chunked_ref(m.q, m.k, v_written, log_decay=log_decay, initial_state=S, chunk_size=16)
+
+
+@functools.lru_cache(maxsize=None)
+def self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int) -> tuple[bool, str]:
+    """(True, "") when the selective scan path matches the reference (output, final state, every
+    input gradient: q, k, v, dt, rate, initial state) on this machine for calls of these widths
+    and grouping; else (False, what went wrong)."""
+    from seqdsl.lower.selfcheck import compare
+
+    names = ("q (C)", "k (B)", "v (u)", "dt (delta)", "rate (A)", "initial_state")
+    with torch.enable_grad(), torch.autocast(device.type, enabled=False):
+        return compare(_fast, reference, _inputs(K, V, G, min(H, 8 * G), dtype, device), names, dtype)
