@@ -2,8 +2,9 @@
 the reference recurrence in outputs, final state and the gradient of every input, for the keys of
 Mamba-2, its ablations and RetNet; a prefill on it hands its state on exactly; its decoding steps
 (mamba-ssm's selective_state_update) equal the reference step, and generate() on the mamba paths
-picks the reference's tokens. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py
-builds it)."""
+picks the reference's tokens. Mamba-1's selective scan (seqdsl/lower/selective_scan_paths.py)
+equals the reference's selective step likewise, from an initial state, and a Mamba-1 model
+generates on it. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import warnings
 import pytest
 import torch
 
-from seqdsl.lower import mamba_paths
+from seqdsl.lower import mamba_paths, selective_scan_paths
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference, set_path
 from tests.ir.test_support import _library_key
@@ -158,3 +159,66 @@ def _decode_logits(lm, tokens, prompt_len: int):
         logits, state = lm(tokens[:, t:t + 1], state)
         out.append(logits[:, -1])
     return torch.stack(out, dim=1).float()
+
+
+# --- Mamba-1: the selective scan ------------------------------------------------------------------------
+
+
+def _selective_forward_backward(fn, inputs):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    o, S = fn(*leaves)
+    (o.float().square().sum() + S.float().square().sum()).backward()
+    return [o, S] + [t.grad for t in leaves]
+
+
+def test_mamba1_selective_scan_matches_the_reference_with_every_gradient(no_tf32):
+    key = _library_key("mamba")
+    assert mamba_paths.groups(key) == 1 and key.decay_shape == "selective"
+    # 64 of Mamba-1's channels (heads of width 1), its 16-entry state, over 600 steps, from a state
+    inputs = selective_scan_paths._inputs(key.feature_dim, key.value_cols, 1, 64, torch.float32,
+                                          torch.device("cuda"), T=600)
+    fast = _selective_forward_backward(selective_scan_paths._fast, inputs)
+    ref = _selective_forward_backward(selective_scan_paths.reference, inputs)
+    what = ["output", "state", "dq", "dk", "dv", "ddt", "drate", "dS0"]
+    errors = {w: _rel(x, y) for w, x, y in zip(what, fast, ref)}
+    print("\nmamba (selective scan): " + ", ".join(f"{w} {e:.1e}" for w, e in errors.items()))
+    assert all(e < 1e-3 for e in errors.values()), errors  # float32 throughout, no tensor-core dots
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mamba1_selective_scan_self_check_passes_here(dtype):
+    key = _library_key("mamba")
+    ok, detail = selective_scan_paths.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_paths.groups(key), key.heads)
+    assert ok, detail
+
+
+def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32):
+    """Logits and every parameter gradient equal the reference's; then generate(): a prefill on
+    the scan, decoding steps on the reference step, the reference's tokens."""
+    program, model = spec_model(SPECS_DIR / "mamba.seq", vocab=256)
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model).cuda()
+    tokens = torch.randint(0, 256, (2, 300), device="cuda")
+
+    def logits_and_grads():
+        lm.zero_grad()
+        logits, _ = lm(tokens)
+        logits.float().square().mean().backward()
+        return logits.detach(), {n: p.grad.detach().clone() for n, p in lm.named_parameters() if p.grad is not None}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast, fast_grads = logits_and_grads()
+        generated = lm.generate(tokens[:, :200], 10)
+    assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]
+    assert all(block.mixer.paths.describe()["cuda"].path == "mamba.selective_scan" for block in lm.blocks)
+    set_path(lm, "reference")
+    ref, ref_grads = logits_and_grads()
+    assert _rel(fast, ref) < 1e-4
+    assert max(_rel(fast_grads[n], ref_grads[n]) for n in ref_grads) < 1e-3
+    with torch.no_grad():
+        ref_logits = _decode_logits(lm, generated, 200)
+    picked = ref_logits[:, :-1].gather(-1, generated[:, 200:, None])[..., 0]
+    best, spread = ref_logits[:, :-1].max(-1).values, ref_logits.amax(-1) - ref_logits.amin(-1)
+    assert (picked >= best - 1e-3 * spread[:, :-1]).all()
