@@ -2,7 +2,8 @@
 Transformer++, in one run on this machine's GPU.
 
     python benchmarks/bench_mamba.py [--out results.json] [--layer-batch 8] [--layer-seq 2048]
-                                     [--train-seqs 2048,8192] [--train-tokens 16384] [--steps 4]
+                                     [--train-seqs 2048,8192] [--train-specs transformer,mamba2]
+                                     [--train-tokens 16384] [--steps 4]
     python benchmarks/bench_mamba.py --smoke [--out FILE]   # tiny sizes on the CPU, reference only:
                                                             # checks the script runs
 
@@ -12,7 +13,7 @@ autocast: each backend on the same inputs (mamba.ssd, fla.chunk_simple_gla if it
 reference), median ms after warm-up, and each one's relative error against the reference.
 
 Part 2, training tokens/s of the models of specs/transformer.seq (Transformer++) and
-specs/mamba2.seq at the preset's size at each sequence length, batch = train-tokens / T, with the
+specs/mamba2.seq (`--train-specs`; add `mamba` for Mamba-1 on its selective scan) at the preset's size at each sequence length, batch = train-tokens / T, with the
 step `seqdsl train` runs (its loss module `CausalLoss` and optimizer `adamw` from seqdsl.train;
 bf16 autocast on CUDA), the paths chosen automatically (listed in the output); median of the
 timed steps after warm-up steps (compilation, autotuning, self-checks).
@@ -48,7 +49,7 @@ from seqdsl.train.optim import adamw  # noqa: E402
 from seqdsl.train.run import CausalLoss  # noqa: E402
 
 SPECS = ROOT / "specs"
-TRAIN_SPECS = {"transformer": "Transformer++", "mamba2": "Mamba-2"}
+NAMES = {"transformer": "Transformer++", "mamba2": "Mamba-2", "mamba": "Mamba-1"}
 
 
 def _sync(device: torch.device) -> None:
@@ -166,12 +167,15 @@ def _print_layer(rows: list[dict], title: str) -> None:
             print(f"{r['op']:<22} {r['ms']:>8.2f} {r['rel_err_out']:>12.1e} {r['rel_err_grads_max']:>14.1e}")
 
 
-def _print_train_summary(train: list[dict], seqs: list[int]) -> None:
-    print(f"\n{'T':>6} {'Transformer++ tok/s':>20} {'Mamba-2 tok/s':>14} {'ratio':>6}")
+def _print_train_summary(train: list[dict], seqs: list[int], specs: list[str]) -> None:
+    """tokens/s per spec and length, and each one's ratio to the first spec's (Transformer++)."""
+    names = [NAMES.get(s, s) for s in specs]
+    print("\n" + f"{'T':>6} " + " ".join(f"{n + ' tok/s':>20}" for n in names)
+          + "".join(f" {n + ' ratio':>16}" for n in names[1:]))
     for seq in seqs:
-        t, m = (next(r for r in train if r["spec"] == n and r["seq"] == seq) for n in TRAIN_SPECS)
-        print(f"{seq:>6} {t['tokens_per_s']:>20,.0f} {m['tokens_per_s']:>14,.0f} "
-              f"{m['tokens_per_s'] / t['tokens_per_s']:>6.2f}")
+        rows = [next(r for r in train if r["spec"] == s and r["seq"] == seq) for s in specs]
+        print(f"{seq:>6} " + " ".join(f"{r['tokens_per_s']:>20,.0f}" for r in rows)
+              + "".join(f" {r['tokens_per_s'] / rows[0]['tokens_per_s']:>16.2f}" for r in rows[1:]))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -182,6 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--layer-seq", type=int, default=2048)
     ap.add_argument("--layer-reps", type=int, default=10)
     ap.add_argument("--train-seqs", default="2048,8192")
+    ap.add_argument("--train-specs", default="transformer,mamba2",
+                    help="specs/<name>.seq to train, the first being the baseline of the ratios (mamba: Mamba-1)")
     ap.add_argument("--train-tokens", type=int, default=16384, help="tokens per training step")
     ap.add_argument("--steps", type=int, default=4, help="timed training steps")
     ap.add_argument("--warmup", type=int, default=2, help="untimed training steps first")
@@ -200,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     layer_dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     seqs = [int(s) for s in args.train_seqs.split(",")]
+    specs = args.train_specs.split(",")
     result = {"device": device_name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
               "preset": args.preset, "smoke": args.smoke,
               "layer": {"batch": args.layer_batch, "seq": args.layer_seq, "dtype": str(layer_dtype)[6:]}}
@@ -217,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     result["train"] = train = []
     if not args.skip_train:
         for seq in seqs:
-            for name in TRAIN_SPECS:
+            for name in specs:
                 train.append(train_row(name, args.preset, seq, args.train_tokens, args.steps, args.warmup, device))
                 save()
                 r = train[-1]
@@ -227,7 +234,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"   warning: {w}")
                 if device.type == "cuda":
                     torch.cuda.empty_cache()
-        _print_train_summary(train, seqs)
+        _print_train_summary(train, seqs, specs)
     if args.out:
         save()
         print(f"\nwrote {args.out}")

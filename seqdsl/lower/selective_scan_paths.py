@@ -21,8 +21,9 @@ Two things the scan does not do are done here, in PyTorch, exactly:
   The recurrence is linear in the state, so S0 adds q_t^T (exp(L_t) * S0) to o_t and exp(L_T) * S0
   to the final state, L_t the cumulative log decay up to t (<= 0: nothing overflows).
 - The final state's gradient: selective_scan_fn returns its last state without one (its docstring
-  says so). With gradients enabled the final state is recomputed differentiably, as
-  sum_t exp(L_T - L_t) * dt_t k_t v_t^T (one contraction over T); without, the kernel's is used.
+  says so). The path returns the kernel's last state, through `_FinalState`, whose backward
+  recomputes sum_t exp(L_T - L_t) * dt_t k_t v_t^T from the scan's own inputs and differentiates
+  it: only when the final state is used (a training step drops it, and pays nothing).
 
 The scan runs in float32 (u, delta, B, C): the step sizes are small (1e-3 at initialisation) and
 delta multiplies every write. Its D skip and z gate are not used (the spec's gate runs outside).
@@ -84,18 +85,41 @@ def scan(m, S: Tensor | None, G: int, scan_fn=None) -> tuple[Tensor, Tensor]:
     scan_fn = scan_fn or _scan_fn()
     batch, T, H, V = m.v.shape
     K = m.q.shape[-1]
-    y, last = scan_fn(*scan_arguments(m, G), return_last_state=True)
+    u, delta, A, Bm, Cm = scan_arguments(m, G)
+    y, last = scan_fn(u, delta, A, Bm, Cm, return_last_state=True)
     o = y.transpose(1, 2).reshape(batch, T, H, V)
-    cumulative = (m.dt.float()[..., None] * m.rate.float()).cumsum(1)  # L_t (B, T, H, K), <= 0
-    if torch.is_grad_enabled():  # the kernel's last state has no gradient: recompute it
-        to_end = (cumulative[:, -1:] - cumulative).exp()
-        final = torch.einsum("bthk,bthv->bhkv", m.k.float() * to_end, m.v.float() * m.dt.float()[..., None])
-    else:
-        final = last.reshape(batch, H, V, K).transpose(-1, -2)
+    final = _FinalState.apply(u, delta, A, Bm, last).reshape(batch, H, V, K).transpose(-1, -2)
     if S is not None:  # the scan starts from zero; the recurrence is linear in the state
+        cumulative = (m.dt.float()[..., None] * m.rate.float()).cumsum(1)  # L_t (B, T, H, K), <= 0
         o = o + torch.einsum("bthk,bhkv->bthv", m.q.float() * cumulative.exp(), S.float())
         final = final + cumulative[:, -1, :, :, None].exp() * S.float()
     return o.to(m.v.dtype), final
+
+
+def final_state(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor) -> Tensor:
+    """(B, D, K) the scan's state after its last step from zero, sum_t exp(L_T - L_t) delta_t B_t
+    u_t with L_t = sum_(s <= t) delta_s A (differentiable; exponents <= 0)."""
+    Bd = Bm.repeat_interleave(u.shape[1] // Bm.shape[1], dim=1)  # (B, D, K, T)
+    L = (delta[:, :, None, :] * A[None, :, :, None]).cumsum(-1)
+    return ((L[..., -1:] - L).exp() * Bd * (delta * u)[:, :, None, :]).sum(-1)
+
+
+class _FinalState(torch.autograd.Function):
+    """The kernel's last state (B, D, K), with the gradient it lacks: backward recomputes
+    `final_state` from the scan's inputs (which the scan keeps anyway) and differentiates it.
+    Autograd runs this only when the final state reaches the loss."""
+
+    @staticmethod
+    def forward(ctx, u, delta, A, Bm, last):
+        ctx.save_for_backward(u, delta, A, Bm)
+        return last.detach().clone()
+
+    @staticmethod
+    def backward(ctx, dfinal):
+        with torch.enable_grad():
+            leaves = [t.detach().requires_grad_() for t in ctx.saved_tensors]
+            grads = torch.autograd.grad(final_state(*leaves), leaves, dfinal)
+        return (*grads, None)
 
 
 def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
