@@ -294,46 +294,58 @@ def self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int,
         return compare(ssd, reference, _inputs(K, V, G, min(H, 4 * G), decay, dtype, device), names, dtype)
 
 
-def _step_inputs(K: int, V: int, G: int, H: int, decay: bool, dtype: torch.dtype, device: torch.device,
+def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype, device: torch.device,
                  steps: int = 3):
-    """Reference-style inputs for `steps` decoding steps of a batch of 2 (the step flattens
-    sequences and heads together), q and k shared within each of G groups, and a state."""
+    """Reference-style inputs for `steps` decoding steps of a batch of 2 (the SSD step flattens
+    sequences and heads together), q and k shared within each of G groups, and a state. `decay`
+    is the key's decay_shape: "none", "scalar" (a log decay) or "selective" (step sizes, rates)."""
     from seqdsl.lower.paths import RecurrentInputs
 
     g = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
     B = 2
     grouped = lambda: rnd(B, steps, G, K).repeat_interleave(H // G, dim=2)
-    log_decay = -torch.rand(B, steps, H, generator=g).to(device) * 0.5 if decay else None
-    m = RecurrentInputs(q=grouped() * K ** -0.5, k=grouped(), v=rnd(B, steps, H, V), log_decay=log_decay)
+    m = RecurrentInputs(q=grouped() * K ** -0.5, k=grouped(), v=rnd(B, steps, H, V))
+    if decay == "scalar":
+        m.log_decay = -torch.rand(B, steps, H, generator=g).to(device) * 0.5
+    elif decay == "selective":
+        m.dt = torch.nn.functional.softplus(torch.randn(B, steps, H, generator=g) - 3.0).to(device)
+        m.rate = -torch.arange(1, K + 1, dtype=torch.float32, device=device).expand(H, K).contiguous()
     return m, torch.randn(B, H, K, V, generator=g).to(device) * 0.1
 
 
 @functools.lru_cache(maxsize=None)
 def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int,
-                    decay: bool) -> tuple[bool, str]:
+                    decay: str) -> tuple[bool, str]:
     """(True, "") when three chained decoding steps through `selective_state_update` match the
     reference recurrent step (each output and the new state) and leave the state they are given
-    unchanged, for steps of these widths and grouping on this machine; else (False, why)."""
-    from dataclasses import fields
-
+    unchanged, for steps of these widths, grouping and decay (the key's decay_shape: "none" and
+    "scalar" take the SSD path's step, "selective" the selective scan path's) on this machine;
+    else (False, why)."""
+    from seqdsl.lower import selective_scan_paths
     from seqdsl.lower.paths import RecurrentInputs
     from seqdsl.lower.selfcheck import TOLERANCE
 
     H = min(H, 4 * G)
     m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
     up = lambda t: None if t is None else t.float()
-    want_o, want_S = rec_ref.recurrent_ref(*(up(t) for t in (m.q, m.k, m.v)), log_decay=up(m.log_decay),
-                                           initial_state=S0)
+    log_decay, v = up(m.log_decay), up(m.v)
+    if decay == "selective":
+        log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, v)
+        take_step = selective_scan_paths.grouped_step
+    else:
+        take_step = grouped_step
+    want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=S0)
     tol = TOLERANCE.get(dtype, 5e-3)
     rel = lambda x, y: ((x.float() - y).norm() / (y.norm() + 1e-12)).item()
+    at = lambda x, t: None if x is None else x[:, t:t + 1]
     S, before = S0, S0.clone()
     try:
         with torch.no_grad():
             for t in range(m.v.shape[1]):
-                one = RecurrentInputs(**{f.name: getattr(m, f.name)[:, t:t + 1] for f in fields(m)
-                                         if getattr(m, f.name) is not None})
-                o, S = grouped_step(one, S, G)
+                one = RecurrentInputs(q=at(m.q, t), k=at(m.k, t), v=at(m.v, t), log_decay=at(m.log_decay, t),
+                                      dt=at(m.dt, t), rate=m.rate)
+                o, S = take_step(one, S, G)
                 err = rel(o[:, 0], want_o[:, t])
                 if not err <= tol:
                     return False, f"step {t}'s output differs from the reference by {err:.2e} (relative, tol {tol:.0e})"

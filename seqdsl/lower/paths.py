@@ -26,6 +26,8 @@ Paths:
         mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/mamba_paths.py), CUDA
                     only, after a self-check; single decoding steps (no gradient) run its
                     selective_state_update after a self-check of their own, else recurrent_ref
+        mamba.selective_scan  mamba-ssm's Mamba-1 selective scan for the selective decay
+                    (seqdsl/lower/selective_scan_paths.py), likewise, decoding steps included
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
     Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla), each is
@@ -119,7 +121,7 @@ class PathChooser:
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
         self._top1 = None  # the generated kernels, bound when a plan picks them
-        # (device, dtype) plans on mamba.ssd whose decoding steps passed the state-update self-check
+        # (device, dtype) plans on a mamba path whose decoding steps passed the state-update self-check
         self._mamba_steps: set[tuple[str, torch.dtype]] = set()
 
     def describe(self) -> dict[str, Plan]:
@@ -171,7 +173,7 @@ class PathChooser:
         if dtype is None:  # planning for display: the self-checks run at the first real call
             first = usable[0]
             others = f"; {' or '.join(v.op for v in usable[1:])} if faster here" if len(usable) > 1 else ""
-            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.op == "mamba.ssd" else ""
+            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.backend == "mamba" else ""
             return Plan(first.op, f"{_RUNTIMES[first.backend].what(first.op)}, after a self-check against the "
                                   f"reference{others}{steps}{not_here}")
         from seqdsl.lower import verdicts
@@ -204,12 +206,12 @@ class PathChooser:
             from seqdsl.kernels import top1
 
             self._top1 = top1.bind(key)
-        steps = self._mamba_decoding(device, dtype) if chosen.op == "mamba.ssd" else ""
+        steps = self._mamba_decoding(device, dtype) if chosen.backend == "mamba" else ""
         return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what(chosen.op)}, self-checked against the reference"
                                f"{timing}{steps}{not_here}")
 
     def _mamba_decoding(self, device: torch.device, dtype: torch.dtype) -> str:
-        """Whether decoding steps on the mamba.ssd plan run mamba-ssm's state-update kernel (its
+        """Whether decoding steps on a mamba plan run mamba-ssm's state-update kernel (its
         own self-check, kept with the others) or the reference step; the plan's reason says which."""
         from seqdsl.lower import verdicts
 
@@ -258,18 +260,15 @@ class PathChooser:
             from seqdsl.lower import fla_paths
 
             return fla_paths.run(path, m, S)
-        if path == "mamba.selective_scan" and m.q.shape[1] > 1:
-            from seqdsl.lower import selective_scan_paths
+        if path.startswith("mamba."):
+            from seqdsl.lower import mamba_paths, selective_scan_paths
 
-            return selective_scan_paths.run(self.key, m, S)
-        if path == "mamba.ssd":
-            from seqdsl.lower import mamba_paths
-
+            module = selective_scan_paths if path == "mamba.selective_scan" else mamba_paths
             if m.q.shape[1] > 1:
-                return mamba_paths.run(self.key, m, S)
+                return module.run(self.key, m, S)
             # a decoding step: mamba's state-update kernel (no backward) when it passed its self-check
             if (str(m.q.device), m.q.dtype) in self._mamba_steps and not torch.is_grad_enabled():
-                return mamba_paths.step(self.key, m, S)
+                return module.step(self.key, m, S)
         return _recurrent_reference(self.key, m, S, path == "reference.recurrent")
 
 
@@ -326,9 +325,7 @@ class _MambaRuntime:
 
     @staticmethod
     def what(op: str) -> str:
-        if op == "mamba.selective_scan":
-            return "mamba-ssm selective scan (decoding steps: the reference recurrent step)"
-        return "mamba-ssm SSD chunked kernel"
+        return "mamba-ssm selective scan" if op == "mamba.selective_scan" else "mamba-ssm SSD chunked kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -361,7 +358,7 @@ class _MambaRuntime:
         from seqdsl.lower import mamba_paths
 
         return mamba_paths.step_self_check(dtype, device, key.feature_dim, key.value_cols,
-                                           mamba_paths.groups(key), key.heads, key.decay_shape != "none")
+                                           mamba_paths.groups(key), key.heads, key.decay_shape)
 
     @staticmethod
     def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:

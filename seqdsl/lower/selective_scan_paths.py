@@ -29,7 +29,13 @@ The scan runs in float32 (u, delta, B, C): the step sizes are small (1e-3 at ini
 delta multiplies every write. Its D skip and z gate are not used (the spec's gate runs outside).
 The path is self-checked against the reference (outputs, final state, every input gradient) once
 per machine and versions before it is used, like the SSD path (seqdsl/lower/mamba_paths.py).
-Decoding steps (one token) run the reference recurrent step.
+Decoding steps (one token, no gradient) run mamba-ssm's `selective_state_update` in its untied
+form, which is the selective step as it stands: per (sequence, head) program, with state
+(B, H, V, K), x = v (B, H, V), dt broadcast over V, A = rate broadcast over V (H, V, K), B and C
+per group, it computes state = exp(A dt) * state + (dt B) x^T, out = state C: exactly
+S_t = exp(dt_t rate) * S_(t-1) + dt_t k_t v_t^T, o_t = q_t^T S_t (transposed). D and dt_bias are
+passed as zeros (mamba 2.3's wrapper cannot take None for them) and A's last stride is 1, so the
+kernel takes its per-entry branch. The kernel updates the state in place: it is given a copy.
 """
 
 from __future__ import annotations
@@ -125,6 +131,40 @@ class _FinalState(torch.autograd.Function):
 def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
     """The reference's (o, final state (B, H, K, V)) for RecurrentInputs `m`, through mamba-ssm."""
     return scan(m, S, groups(key))
+
+
+# --- decoding steps ------------------------------------------------------------------------------------
+
+
+def step_arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, dict[str, Tensor]]:
+    """For one decoding step (T = 1) of the selective step: the new state (B, H, V, K) float32, a
+    fresh copy the kernel updates in place, and the other arguments of `selective_state_update`:
+    x (B, H, V), dt (B, H, V), A (H, V, K), B and C (B, G, K), D and dt_bias (H, V)."""
+    batch, _, H, V = m.v.shape
+    K = m.q.shape[-1]
+    every = H // G
+    prior = torch.zeros(batch, H, V, K, device=m.v.device) if S is None else S.float().transpose(-1, -2)
+    zero = torch.zeros((), device=m.v.device).expand(H, V)
+    per_group = lambda t: t[:, 0, ::every].to(m.v.dtype).contiguous()  # (B, G, K)
+    return prior.clone(memory_format=torch.contiguous_format), dict(
+        x=m.v[:, 0], dt=m.dt[:, 0].float()[..., None].expand(batch, H, V),
+        A=m.rate.float()[:, None, :].expand(H, V, K), B=per_group(m.k), C=per_group(m.q), D=zero, dt_bias=zero)
+
+
+def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tensor]:
+    """The reference's (o (B, 1, H, V), new state (B, H, K, V) float32) for one decoding step of
+    the selective step with G groups, through `selective_state_update` (`kernel` replaces it: a
+    test's oracle with its in-place contract). Inference only: the kernel has no backward."""
+    from seqdsl.lower.mamba_paths import _state_update
+
+    kernel = kernel or _state_update()
+    state, args = step_arguments(m, S, G)
+    out = kernel(state, args.pop("x"), args.pop("dt"), args.pop("A"), args.pop("B"), args.pop("C"), **args)
+    return out[:, None], state.transpose(-1, -2)
+
+
+def step(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    return grouped_step(m, S, groups(key))
 
 
 # --- the self-check ----------------------------------------------------------------------------------

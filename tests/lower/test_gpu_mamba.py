@@ -3,8 +3,9 @@ the reference recurrence in outputs, final state and the gradient of every input
 Mamba-2, its ablations and RetNet; a prefill on it hands its state on exactly; its decoding steps
 (mamba-ssm's selective_state_update) equal the reference step, and generate() on the mamba paths
 picks the reference's tokens. Mamba-1's selective scan (seqdsl/lower/selective_scan_paths.py)
-equals the reference's selective step likewise, from an initial state, and a Mamba-1 model
-generates on it. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
+equals the reference's selective step likewise, from an initial state, its decoding steps on
+selective_state_update equal the reference step, and a Mamba-1 model trains and generates on
+them. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
 
 from __future__ import annotations
 
@@ -193,13 +194,36 @@ def test_mamba1_selective_scan_self_check_passes_here(dtype):
     assert ok, detail
 
 
-def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32):
+def test_mamba1_decoding_steps_match_the_reference_step():
+    key = _library_key("mamba")
+    for dtype in (torch.float32, torch.bfloat16):
+        ok, detail = mamba_paths.step_self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_paths.groups(key), key.heads, "selective")
+        assert ok, (dtype, detail)
+    inputs, S = mamba_paths._step_inputs(key.feature_dim, key.value_cols, 1, 64, "selective", torch.float32,
+                                         torch.device("cuda"), steps=5)
+    S_ref = S
+    for t in range(5):
+        one = RecurrentInputs(q=inputs.q[:, t:t + 1], k=inputs.k[:, t:t + 1], v=inputs.v[:, t:t + 1],
+                              dt=inputs.dt[:, t:t + 1], rate=inputs.rate)
+        with torch.no_grad():
+            o, S = selective_scan_paths.step(key, one, S)
+            o_ref, S_ref = _recurrent_reference(key, one, S_ref, True)
+        errors = (_rel(o, o_ref), _rel(S, S_ref))
+        assert max(errors) < 1e-4, (t, errors)
+    print(f"\nmamba: step output {errors[0]:.1e}, state {errors[1]:.1e}")
+
+
+def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32, monkeypatch):
     """Logits and every parameter gradient equal the reference's; then generate(): a prefill on
-    the scan, decoding steps on the reference step, the reference's tokens."""
+    the scan, decoding steps on selective_state_update, the reference's tokens."""
     program, model = spec_model(SPECS_DIR / "mamba.seq", vocab=256)
     torch.manual_seed(0)
     lm = LanguageModel(program, model).cuda()
     tokens = torch.randint(0, 256, (2, 300), device="cuda")
+    calls = []
+    real_step = selective_scan_paths.step
+    monkeypatch.setattr(selective_scan_paths, "step", lambda *a: calls.append(1) or real_step(*a))
 
     def logits_and_grads():
         lm.zero_grad()
@@ -212,7 +236,10 @@ def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32):
         fast, fast_grads = logits_and_grads()
         generated = lm.generate(tokens[:, :200], 10)
     assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]
-    assert all(block.mixer.paths.describe()["cuda"].path == "mamba.selective_scan" for block in lm.blocks)
+    plans = [block.mixer.paths.describe()["cuda"] for block in lm.blocks]
+    assert all(p.path == "mamba.selective_scan" and "selective_state_update, self-checked" in p.reason
+               for p in plans), plans
+    assert len(calls) == 10 * len(lm.blocks)
     set_path(lm, "reference")
     ref, ref_grads = logits_and_grads()
     assert _rel(fast, ref) < 1e-4

@@ -125,7 +125,8 @@ def test_decoding_steps_whose_kernel_fails_its_self_check_run_the_reference_step
     assert any("selective_state_update failed its self-check" in str(w.message) for w in caught)
 
 
-def test_the_displayed_plan_names_the_decoding_kernel(stand_ins):
-    plan = PathChooser(_library_key("retnet"), "retnet").plan("cuda")
-    assert plan.path == "mamba.ssd" and "decoding steps: mamba-ssm's selective_state_update, after a self-check" \
+@pytest.mark.parametrize("name, op", [("retnet", "mamba.ssd"), ("mamba", "mamba.selective_scan")])
+def test_the_displayed_plan_names_the_decoding_kernel(stand_ins, name, op):
+    plan = PathChooser(_library_key(name), name).plan("cuda")
+    assert plan.path == op and "decoding steps: mamba-ssm's selective_state_update, after a self-check" \
         in plan.reason

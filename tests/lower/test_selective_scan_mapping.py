@@ -15,6 +15,7 @@ from seqdsl.lower import selective_scan_paths as paths
 from seqdsl.lower.paths import RecurrentInputs
 from seqdsl.reference.recurrent import chunked_ref, recurrent_ref, selective_to_additive
 from tests.oracles.selective_scan import selective_scan_loop
+from tests.oracles.ssd_loops import state_update
 
 H, G, K = 4, 2, 5
 
@@ -90,3 +91,33 @@ def test_the_path_adds_the_initial_state_and_the_final_state_exactly(grad):
     names = ["output", "state"] + (["dq", "dk", "dv", "ddt", "drate", "dS0"] if grad else [])
     for name, x, y in zip(names, got, want):
         assert _rel(x.double(), y) < 1e-5, name
+
+
+def _at(m, t: int):
+    return RecurrentInputs(q=m.q[:, t:t + 1], k=m.k[:, t:t + 1], v=m.v[:, t:t + 1], dt=m.dt[:, t:t + 1], rate=m.rate)
+
+
+@pytest.mark.parametrize("V", [1, 3], ids=["mamba1_channels", "wider_heads"])
+def test_step_arguments_through_the_published_update_equal_the_reference_step(V):
+    """One decoding step: the state-update kernel's arguments, through the one-step update it
+    computes (tests/oracles/ssd_loops.py: state_update), in float64."""
+    m, S = _inputs(1, V)
+    S = S.float().double()  # the state is float32 by contract
+    want_o, want_S = _reference(m, S)
+    state, args = paths.step_arguments(m, S, G)
+    assert args["A"].stride(-1) == 1  # the kernel's per-entry branch: A = the rate, per state entry
+    state = state.double()
+    y = state_update(state, *(args[n].double() for n in ("x", "dt", "A", "B", "C")), D=args["D"].double(),
+                     dt_bias=args["dt_bias"].double())
+    assert _rel(y, want_o[:, 0]) < 1e-12 and _rel(state.transpose(-1, -2), want_S) < 1e-12
+
+
+def test_decoding_steps_chain_without_touching_the_given_state():
+    m, S0 = _inputs(4, 2)
+    want_o, want_S = _reference(m, S0)
+    S, before = S0, S0.clone()
+    for t in range(4):
+        o, S = paths.grouped_step(_at(m, t), S, G, kernel=state_update)
+        assert o.shape == (2, 1, H, 2) and S.dtype == torch.float32
+        assert _rel(o[:, 0], want_o[:, t]) < 1e-6  # the state is float32 between steps
+    assert _rel(S.double(), want_S) < 1e-6 and torch.equal(S0, before)
