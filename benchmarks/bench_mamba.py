@@ -7,10 +7,12 @@ Transformer++, in one run on this machine's GPU.
     python benchmarks/bench_mamba.py --smoke [--out FILE]   # tiny sizes on the CPU, reference only:
                                                             # checks the script runs
 
-Part 1, one layer's mixing (stage 3 alone), forward + backward, Mamba-2's key at the preset's
-size (110m: 24 heads of 64, state 128, one group), B x T = 8 x 2048, bfloat16 inputs as under
-autocast: each backend on the same inputs (mamba.ssd, fla.chunk_simple_gla if it runs here, the
-reference), median ms after warm-up, and each one's relative error against the reference.
+Part 1, one layer's mixing (stage 3 alone), forward + backward, bfloat16 inputs as under
+autocast, each backend on the same inputs, median ms after warm-up and each one's relative error
+against the reference: Mamba-2's key at the preset's size (110m: 24 heads of 64, state 128, one
+group), B x T = 8 x 2048, on mamba.ssd, fla.chunk_simple_gla if it runs here, and the reference;
+Mamba-1's (110m: 1536 channels, state 16), B x T = 2 x 2048, on mamba.selective_scan and the
+reference.
 
 Part 2, training tokens/s of the models of specs/transformer.seq (Transformer++) and
 specs/mamba2.seq (`--train-specs`; add `mamba` for Mamba-1 on its selective scan) at the preset's size at each sequence length, batch = train-tokens / T, with the
@@ -82,7 +84,11 @@ def _resized(name: str, preset: str):
 def _layer_runs(key, device: torch.device) -> dict:
     """{op: fn(RecurrentInputs) -> (o, state)} for each backend measured on `device`."""
     runs = {}
-    if device.type == "cuda":  # mamba-ssm and fla run on CUDA only
+    if device.type == "cuda" and key.decay_shape == "selective":  # mamba-ssm runs on CUDA only
+        from seqdsl.lower import selective_scan_paths
+
+        runs["mamba.selective_scan"] = lambda m: selective_scan_paths.run(key, m, None)
+    elif device.type == "cuda":  # so does fla
         from seqdsl.lower import fla_paths, mamba_paths
 
         runs["mamba.ssd"] = lambda m: mamba_paths.run(key, m, None)
@@ -91,15 +97,28 @@ def _layer_runs(key, device: torch.device) -> dict:
     return runs
 
 
-def layer_rows(preset: str, batch: int, seq: int, device: torch.device, dtype: torch.dtype, reps: int) -> list[dict]:
-    resized = _resized("mamba2", preset)
-    key = kernel_key(resized.program.mixer("mamba2"), resized.model.d_model)
+def _layer_inputs(key, batch: int, seq: int, device: torch.device, dtype: torch.dtype) -> dict:
+    """Random stage-(3) inputs for `key`: q and k per group, repeated over the group's heads; a
+    per-head log decay (Mamba-2), or step sizes and S4D-real rates (Mamba-1's selective step)."""
     g = torch.Generator().manual_seed(0)
     H, G, K, V = key.heads, key.qk_groups, key.feature_dim, key.value_cols
     rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
     base = dict(q=rnd(batch, seq, G, K).repeat_interleave(H // G, dim=2) * K ** -0.5,
-                k=rnd(batch, seq, G, K).repeat_interleave(H // G, dim=2), v=rnd(batch, seq, H, V),
-                log_decay=-torch.rand(batch, seq, H, generator=g).to(device) * 0.1)
+                k=rnd(batch, seq, G, K).repeat_interleave(H // G, dim=2), v=rnd(batch, seq, H, V))
+    if key.decay_shape == "selective":
+        base["dt"] = torch.nn.functional.softplus(torch.randn(batch, seq, H, generator=g) - 3.0).to(device)
+        base["rate"] = -torch.arange(1, K + 1, dtype=torch.float32, device=device).repeat(H, 1)
+    else:
+        base["log_decay"] = -torch.rand(batch, seq, H, generator=g).to(device) * 0.1
+    return base
+
+
+def layer_rows(spec: str, preset: str, batch: int, seq: int, device: torch.device, dtype: torch.dtype,
+               reps: int) -> list[dict]:
+    """One row per backend for one layer's mixing of `spec` (mamba2 or mamba) at `preset`."""
+    resized = _resized(spec, preset)
+    key = kernel_key(resized.program.mixer(spec), resized.model.d_model)
+    base = _layer_inputs(key, batch, seq, device, dtype)
     outputs, rows = {}, []
     for name, fn in _layer_runs(key, device).items():
         leaves = {n: t.detach().clone().requires_grad_() for n, t in base.items()}
@@ -184,6 +203,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--preset", default="110m")
     ap.add_argument("--layer-batch", type=int, default=8)
     ap.add_argument("--layer-seq", type=int, default=2048)
+    ap.add_argument("--mamba1-layer-batch", type=int, default=2,
+                    help="Mamba-1's layer batch: its reference holds a (16, 16, 16) decay block per chunk, "
+                         "channel and sequence")
     ap.add_argument("--layer-reps", type=int, default=10)
     ap.add_argument("--train-seqs", default="2048,8192")
     ap.add_argument("--train-specs", default="transformer,mamba2",
@@ -195,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--smoke", action="store_true", help="tiny sizes on the CPU, reference only")
     args = ap.parse_args(argv)
     if args.smoke:
-        args.preset, args.layer_batch, args.layer_seq, args.layer_reps = "tiny", 1, 32, 1
+        args.preset, args.layer_batch, args.mamba1_layer_batch, args.layer_seq, args.layer_reps = "tiny", 1, 1, 32, 1
         args.train_seqs, args.train_tokens, args.steps, args.warmup = "16,32", 32, 1, 1
         device = torch.device("cpu")
     elif not torch.cuda.is_available():
@@ -208,19 +230,20 @@ def main(argv: list[str] | None = None) -> int:
     seqs = [int(s) for s in args.train_seqs.split(",")]
     specs = args.train_specs.split(",")
     result = {"device": device_name, "date": datetime.date.today().isoformat(), "torch": torch.__version__,
-              "preset": args.preset, "smoke": args.smoke,
-              "layer": {"batch": args.layer_batch, "seq": args.layer_seq, "dtype": str(layer_dtype)[6:]}}
+              "preset": args.preset, "smoke": args.smoke, "layers": []}
 
     def save() -> None:  # after each part and row: a run stopped at a time limit keeps what it measured
         if args.out:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
-    result["layer"]["rows"] = rows = layer_rows(args.preset, args.layer_batch, args.layer_seq, device,
-                                                layer_dtype, args.layer_reps)
-    save()
-    _print_layer(rows, f"{device_name}, {result['date']}: one Mamba-2 {args.preset} layer's mixing (B "
-                       f"{args.layer_batch}, T {args.layer_seq}, {result['layer']['dtype']}), forward + backward")
+    for spec, batch in (("mamba2", args.layer_batch), ("mamba", args.mamba1_layer_batch)):
+        rows = layer_rows(spec, args.preset, batch, args.layer_seq, device, layer_dtype, args.layer_reps)
+        result["layers"].append({"spec": spec, "batch": batch, "seq": args.layer_seq,
+                                 "dtype": str(layer_dtype).removeprefix("torch."), "rows": rows})
+        save()
+        _print_layer(rows, f"{device_name}, {result['date']}: one {NAMES[spec]} {args.preset} layer's mixing (B "
+                           f"{batch}, T {args.layer_seq}, {result['layers'][-1]['dtype']}), forward + backward")
     result["train"] = train = []
     if not args.skip_train:
         for seq in seqs:

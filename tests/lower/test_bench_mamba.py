@@ -20,8 +20,10 @@ def test_bench_mamba_smoke_mode_measures_the_layer_and_both_models(tmp_path, cap
     assert bench.main(["--smoke", "--out", str(out)]) == 0
     result = json.loads(out.read_text())
     assert result["device"] == "cpu" and result["smoke"]
-    (layer,) = result["layer"]["rows"]  # the reference only: mamba-ssm and fla run on CUDA only
-    assert layer["op"] == "reference.chunked" and layer["ms"] > 0 and layer["rel_err_out"] == 0.0
+    assert [part["spec"] for part in result["layers"]] == ["mamba2", "mamba"]  # Mamba-2's SSD, Mamba-1's scan
+    for part in result["layers"]:
+        (layer,) = part["rows"]  # the reference only: mamba-ssm and fla run on CUDA only
+        assert layer["op"] == "reference.chunked" and layer["ms"] > 0 and layer["rel_err_out"] == 0.0
     rows = {(r["spec"], r["seq"]): r for r in result["train"]}
     assert set(rows) == {(name, seq) for name in ("transformer", "mamba2") for seq in (16, 32)}
     for r in rows.values():
