@@ -366,7 +366,6 @@ class _MambaRuntime:
 
         if op == "mamba.selective_scan":
             return selective_scan_paths.run(key, m, S)
-
         return mamba_paths.run(key, m, S)
 
 

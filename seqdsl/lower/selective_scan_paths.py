@@ -155,15 +155,16 @@ def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tens
     """The reference's (o (B, 1, H, V), new state (B, H, K, V) float32) for one decoding step of
     the selective step with G groups, through `selective_state_update` (`kernel` replaces it: a
     test's oracle with its in-place contract). Inference only: the kernel has no backward."""
-    from seqdsl.lower.mamba_paths import _state_update
+    from seqdsl.lower.mamba_paths import state_update_kernel
 
-    kernel = kernel or _state_update()
+    kernel = kernel or state_update_kernel()
     state, args = step_arguments(m, S, G)
     out = kernel(state, args.pop("x"), args.pop("dt"), args.pop("A"), args.pop("B"), args.pop("C"), **args)
     return out[:, None], state.transpose(-1, -2)
 
 
 def step(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """One decoding step of RecurrentInputs `m` on state S, through `selective_state_update`."""
     return grouped_step(m, S, groups(key))
 
 
