@@ -187,9 +187,10 @@ def _constant(ctx: MixerContext, decay: nodes.ConstantDecay) -> Finding:
 
 
 def _data_dependent(ctx: MixerContext, decay: nodes.DataDependentDecay) -> Finding:
-    per = {"scalar": "one gate per head", "vector": "one gate per key channel"}[decay.granularity]
+    per = {"scalar": "one gate per head", "vector": "one gate per key channel",
+           "selective": "one step size per head times a fixed rate per key channel"}[decay.granularity]
     w = ctx.mixer.weights
-    if isinstance(w, nodes.Softmax) and decay.granularity == "vector":
+    if isinstance(w, nodes.Softmax) and decay.granularity in ("vector", "selective"):
         family = ("a softmax score has no key channels to decay separately (W001 reports the "
                   "conflict); as a per-head gate it would be a learned recency bias")
     elif isinstance(w, nodes.Softmax):

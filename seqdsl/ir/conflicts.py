@@ -47,11 +47,19 @@ def conflicts(m: nodes.Mixer) -> list[Conflict]:
             f"feature map `{feature}` with softmax weights: feature maps replace the softmax "
             "kernel in linear attention", ("relation", "feature"),
             "`feature = identity`, or linear weights for linear attention"))
-    if softmax and isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity == "vector":
+    if softmax and isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity in ("vector", "selective"):
         out.append(Conflict(
-            "a per-channel (vector) decay with softmax weights: a softmax score has no key "
+            f"a per-channel ({m.decay.granularity}) decay with softmax weights: a softmax score has no key "
             "channels to decay separately", ("decay",),
             "`decay = data_dependent(scalar)` (a recency bias on the scores), or linear weights"))
+    selective = isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity == "selective"
+    if selective and not softmax and not (isinstance(m.update, nodes.Additive) and not m.update.bonus):
+        shown = "additive(bonus=true)" if isinstance(m.update, nodes.Additive) else m.update.kind
+        out.append(Conflict(
+            f"`decay = data_dependent(selective)` with `update = {shown}`: the selective step is "
+            "Mamba-1's discretised SSM, whose step size scales the plain additive write dt k v^T; "
+            "it has no meaning for a delta rule, RWKV-6's bonus or RWKV-7's removal", ("decay",),
+            "`update = additive`, or `decay = data_dependent(vector)` for a free per-channel decay"))
     if isinstance(m.weights, nodes.NormalizedLinear) and feature not in NONNEGATIVE_FEATURES:
         source = f"feature `{feature}`" if isinstance(m.relation, nodes.Dot) else f"`{m.relation.kind}`"
         out.append(Conflict(

@@ -32,6 +32,7 @@ identity), G query/key groups, d d_model, V vocab, T training context, C chunk s
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
@@ -49,6 +50,12 @@ RECURRENT_CHUNK = 64
 
 # Width of GLA's low-rank decay projection (seqdsl/lower/mixer.py: decay_down / decay_up).
 DECAY_RANK = 16
+
+
+def step_rank(d_model: int) -> int:
+    """Width of the low-rank step-size projection of `data_dependent(selective)`: Mamba-1's
+    `dt_rank = "auto"`, ceil(d_model / 16) (mamba_ssm/modules/mamba_simple.py)."""
+    return math.ceil(d_model / 16)
 
 
 @dataclass(frozen=True)
@@ -220,7 +227,8 @@ def projection_weights(mixer: nodes.Mixer, d_model: int) -> int:
         n += d * H * Dv
     decay = mixer.decay
     if isinstance(decay, nodes.DataDependentDecay):
-        n += d * H if decay.granularity == "scalar" else d * DECAY_RANK + DECAY_RANK * H * Dk
+        n += {"scalar": d * H, "vector": d * DECAY_RANK + DECAY_RANK * H * Dk,
+              "selective": d * step_rank(d) + step_rank(d) * H}[decay.granularity]
     if isinstance(mixer.update, nodes.Delta):
         n += d * H
     elif isinstance(mixer.update, nodes.Rwkv7):

@@ -27,7 +27,7 @@ from seqdsl.ir import nodes
 from seqdsl.ir.layout import HeadLayout, head_layout
 
 Family = Literal["softmax", "select", "recurrent"]
-DecayKind = Literal["none", "constant", "scalar", "vector"]
+DecayKind = Literal["none", "constant", "scalar", "vector", "selective"]
 UpdateKind = Literal["additive", "bonus", "delta", "rwkv7"]
 
 
@@ -77,7 +77,9 @@ class KernelKey:
     select: SelectKey | None
     # recurrent family
     weights: str  # softmax / linear / normalized_linear
-    decay: DecayKind  # constant, data-dependent scalar, per-channel vector (ALiBi adds a constant)
+    # constant, data-dependent scalar, per-channel vector, Mamba-1's selective step (per-head
+    # step size x per-channel rate, the write scaled by the step); ALiBi adds a constant
+    decay: DecayKind
     update: UpdateKind
     value_cols: int  # columns of v the state carries: Dv, + 1 normaliser for normalized_linear
     # Learned values (`learned(init)`): a per-head parameter (exp of an nn.Parameter) that the
@@ -89,11 +91,14 @@ class KernelKey:
     learned_temperature: bool
 
     @property
-    def decay_shape(self) -> Literal["none", "scalar", "vector"]:
-        """The shape of the log decay the recurrent path receives: none, (B,T,H) or (B,T,H,Dk).
-        A constant decay and ALiBi's per-head penalty arrive as per-head scalars."""
-        if self.decay == "vector":
-            return "vector"
+    def decay_shape(self) -> Literal["none", "scalar", "vector", "selective"]:
+        """The shape of the log decay the recurrent path receives: none, (B,T,H) or (B,T,H,Dk);
+        "selective": a step size (B,T,H) and a rate (H,Dk) instead (RecurrentInputs.step, .rate),
+        which `seqdsl.reference.recurrent.selective_to_additive` turns into a (B,T,H,Dk) log decay
+        and step-scaled values. A constant decay and ALiBi's per-head penalty arrive as per-head
+        scalars."""
+        if self.decay in ("vector", "selective"):
+            return self.decay
         if self.decay == "none" and self.position != "alibi":
             return "none"
         return "scalar"
@@ -136,7 +141,7 @@ def _decay_kind(decay: nodes.Primitive) -> DecayKind:
     if isinstance(decay, nodes.ConstantDecay):
         return "constant"
     if isinstance(decay, nodes.DataDependentDecay):
-        return "vector" if decay.granularity == "vector" else "scalar"
+        return decay.granularity
     raise TypeError(f"unhandled decay {decay!r}")  # exhaustiveness: tests/ir/test_exhaustive.py
 
 

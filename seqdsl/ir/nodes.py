@@ -288,11 +288,14 @@ class ConstantDecay(Primitive):
 
 class DataDependentDecay(Primitive):
     """An input-dependent decay alpha_t in (0, 1): one scalar per head (Mamba-2, simple GLA,
-    Gated DeltaNet) or one value per key channel (Mamba-1, GLA, RWKV-6/7)."""
+    Gated DeltaNet), one free value per key channel (GLA, RWKV-6/7), or Mamba-1's selective
+    step: alpha_t[k] = exp(-dt_t exp(A_log[k])), one step size dt_t = softplus(W x_t + b) per head
+    and step times a fixed rate per key channel (state entry), the step also scaling the write
+    (S_t = alpha_t * S_(t-1) + dt_t k_t v_t^T: Mamba's discretised input dt B x)."""
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("granularity",)
     kind: Literal["data_dependent"] = "data_dependent"
-    granularity: Literal["scalar", "vector"] = "scalar"
+    granularity: Literal["scalar", "vector", "selective"] = "scalar"
 
 
 Decay = Annotated[Union[NoDecay, ConstantDecay, DataDependentDecay], Field(discriminator="kind")]

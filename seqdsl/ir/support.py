@@ -67,6 +67,10 @@ def fla(key: KernelKey) -> Support:
         return _no("fla", f"key/value widths {key.feature_dim}x{key.value_cols} are below fla's "
                           f"{FLA_MIN_DIM}-wide tiles")
     shape = key.decay_shape
+    if shape == "selective":
+        return _no("fla", "Mamba-1's selective step (a step size per head times a rate per key channel, "
+                          "the write scaled by the step): fla's chunk_gla could run its expanded "
+                          "per-channel form, which is not wired")
     if key.update == "rwkv7":
         return Support("fla", "fla.chunk_rwkv7")
     if key.update == "bonus":
@@ -133,7 +137,8 @@ def mamba(key: KernelKey) -> Support:
     """Mamba-2's SSD chunked kernels for rule (1) of seqdsl/reference/recurrent.py with one
     decay per head and step (or none): S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t. The
     mapping (x = v, B = k, C = q, per-step log decay as mamba's dA, write scale 1) is in
-    seqdsl/lower/mamba_paths.py. Mamba-1's selective scan is not used: see the vector case."""
+    seqdsl/lower/mamba_paths.py. Mamba-1's selective scan for `data_dependent(selective)`:
+    S_t = exp(dt_t A) * S_(t-1) + dt_t k_t v_t^T (seqdsl/lower/selective_scan_paths.py)."""
     if key.family != "recurrent":
         return _no("mamba", "mamba-ssm runs the recurrent (linear-weights) family only")
     if key.update != "additive":
@@ -145,11 +150,16 @@ def mamba(key: KernelKey) -> Support:
     if key.feature != "identity":
         return _no("mamba", f"feature map `{key.feature}`: the mamba-ssm path takes identity features "
                             "(Mamba-2's B and C) only")
+    if key.decay_shape == "selective":
+        if key.position == "alibi":
+            return _no("mamba", "ALiBi adds a per-head decay e^-m to the selective step's exp(dt A); the "
+                                "selective scan's decay is exp(dt A) alone")
+        return Support("mamba", "mamba.selective_scan")
     if key.decay_shape == "vector":
         if key.head_dim == 1:
-            return _no("mamba", "a per-state-entry data-dependent decay: Mamba-1's selective scan decays "
-                                "by exp(delta_t A) (one step size per channel and step times a constant "
-                                "per state entry), which the lowered decay (free per entry) is not")
+            return _no("mamba", "a free per-state-entry decay (`data_dependent(vector)`): Mamba-1's selective "
+                                "scan decays by exp(delta_t A), one step size per channel and step times a "
+                                "constant per state entry; `decay = data_dependent(selective)` says that")
         return _no("mamba", "a per-channel (vector) decay: the SSD kernel takes one decay per head and step")
     return Support("mamba", "mamba.ssd")
 

@@ -38,6 +38,7 @@ DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
 def recipe(mixer: nodes.Mixer, head_dim: int) -> Recipe:
     """Which reference initialises this mixer's decay, read from its slots:
 
+    - data_dependent(selective): Mamba-1 (the slot is Mamba-1's selective step);
     - data_dependent(scalar): Gated DeltaNet with the delta update, else Mamba-2 (the slot's
       form, -exp(A) softplus(W x + b), is theirs);
     - data_dependent(vector): RWKV-7 with update = rwkv7; RWKV-6 with the bonus (RWKV-6's u);
@@ -49,6 +50,8 @@ def recipe(mixer: nodes.Mixer, head_dim: int) -> Recipe:
         return "fixed"
     if not isinstance(decay, nodes.DataDependentDecay):
         return "none"
+    if decay.granularity == "selective":
+        return "mamba1"
     if decay.granularity == "scalar":
         return "gated_deltanet" if isinstance(update, nodes.Delta) else "mamba2"
     if isinstance(update, nodes.Rwkv7):
@@ -75,6 +78,12 @@ def a_log(n: int, low: float, high: float = 16.0, generator: torch.Generator | N
     Gated DeltaNet's uniform_(0, 16) (fla/layers/gated_deltanet.py)."""
     u = torch.rand(n, dtype=torch.float64, generator=generator)
     return torch.log(low + (high - low) * u)
+
+
+def s4d_real_log_rate(heads: int, d_state: int) -> Tensor:
+    """(heads, d_state) Mamba-1's A_log: S4D-real A_n = n + 1 for every channel
+    (`A = repeat(arange(1, d_state + 1), 'n -> d n')`, mamba_ssm/modules/mamba_simple.py)."""
+    return torch.arange(1, d_state + 1, dtype=torch.float64).log().expand(heads, d_state).clone()
 
 
 def mamba1_log_decay(channels: int, d_state: int, generator: torch.Generator | None = None) -> Tensor:

@@ -1,10 +1,12 @@
-"""mamba-ssm's Mamba-2 SSD chunked kernels as the fast path for the scalar-decay recurrence (CUDA only).
+"""mamba-ssm's Mamba-2 SSD chunked kernels as the fast path for the scalar-decay recurrence, and its
+state-update kernel for decoding steps (CUDA only).
 
 Shape legend
     B batch   T tokens   H heads   G groups (mamba's ngroups)   K key width (mamba's dstate N)
     V value width (mamba's headdim P)   c chunks of l = CHUNK steps
     reference: q, k (B, T, H, K), v (B, T, H, V), log decay (B, T, H), state S (B, H, K, V)
     mamba:     x (B, T, H, V), B and C (B, T, G, K), dA_cumsum and dt (B, H, c, l), state (B, H, V, K)
+    one decoding step (selective_state_update): batch 1 with B*H heads and B*G groups, below
 
 The mapping, exact (docs/mamba.md). Rule (1) of seqdsl/reference/recurrent.py with one decay per
 head and step is S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t. Mamba-2's SSD is
@@ -102,8 +104,12 @@ def arguments(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, ...]:
     """mamba's (x, log decay, B, C, initial state) for the reference-style inputs `m` (a
     seqdsl.lower.paths.RecurrentInputs): x = v, B = k and C = q from one head per group, the state
     transposed to (B, H, V, K). One dtype for x, B and C (the values'), the decay and state float32."""
+    return _arguments(m, S, groups(key))
+
+
+def _arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, ...]:
     dtype = m.v.dtype
-    step = key.heads // groups(key)
+    step = m.v.shape[2] // G
     pick = lambda t: t[:, :, ::step].to(dtype).contiguous()
     init = None if S is None else S.float().transpose(-1, -2).contiguous()
     decay = None if m.log_decay is None else m.log_decay.float()
@@ -179,6 +185,73 @@ def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
     return o, final.transpose(-1, -2)
 
 
+# --- decoding steps: mamba's selective_state_update ---------------------------------------------------
+#
+# The state-update kernel computes, per (batch, head) program and in float32:
+#     dt' = dt + dt_bias,  state = state * exp(A dt') + (dt' B) x^T,  out = state C + D x
+# with A (nheads, dim, dstate) indexed by head only: it has no batch stride, so a decay that
+# differs per sequence cannot be given per head. The step therefore runs with batch 1 and the
+# B x H (sequence, head) pairs as its heads, B and C with B x G groups (pair b*H + h reads group
+# (b*H + h) // (H/G) = b*G + h // (H/G), its own sequence's group); A = the pair's log decay
+# broadcast over (dim, dstate) by zero strides, dt = 1 and dt_bias = D = 0, also zero-strided.
+# Then exp(A dt') = exp(log decay * 1) is the decay, dt' B = B is the key itself (the write
+# scale is exactly 1: x 1.0 and + 0.0 are exact in float32) and D x = 0: the kernel's update is
+# rule (1)'s S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t, in mamba's (V, K) layout. With A, dt
+# and dt_bias all zero-strided the kernel takes its TIE_HDIM branch (one scalar decay per head).
+# D is passed (zero) because mamba 2.3's wrapper cannot take D = None (its stride arguments
+# unpack `0`). The kernel updates the state in place: it is given a copy.
+
+MAX_GRID = 65535  # CUDA's bound on a grid's y and z sizes: the kernel's batch and head axes
+
+
+def state_update_kernel():
+    from mamba_ssm.ops.triton.selective_state_update import selective_state_update
+
+    return selective_state_update
+
+
+def step_arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, dict[str, Tensor]]:
+    """For one decoding step (T = 1) of RecurrentInputs `m` with G groups (`groups(key)`) on
+    state S (B, H, K, V): the new state
+    (B, H, V, K) float32, a fresh copy that the kernel updates in place, and the other arguments
+    of `selective_state_update` for it, in the flattened layout above: x (1, B*H, V), dt (1, B*H, V),
+    A (B*H, V, K), B and C (1, B*G, K), D and dt_bias (B*H, V)."""
+    x, log_decay, Bm, Cm, _ = _arguments(m, None, G)
+    batch, _, H, V = x.shape
+    G, K = Bm.shape[-2:]
+    rows = batch * H
+    prior = torch.zeros(batch, H, V, K, device=x.device) if S is None else S.float().transpose(-1, -2)
+    state = prior.clone(memory_format=torch.contiguous_format)
+    g = torch.zeros(batch, H, device=x.device) if log_decay is None else log_decay[:, 0].float()
+    zero = torch.zeros((), device=x.device).expand(rows, V)
+    return state, dict(x=x.reshape(1, rows, V), dt=torch.ones((), device=x.device).expand(1, rows, V),
+                       A=g.reshape(rows, 1, 1).expand(rows, V, K), B=Bm.reshape(1, batch * G, K),
+                       C=Cm.reshape(1, batch * G, K), D=zero, dt_bias=zero)
+
+
+def step(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """The reference's (o (B, 1, H, V), new state (B, H, K, V) float32) for one decoding step of
+    RecurrentInputs `m` on state S, through mamba-ssm's `selective_state_update`. Inference only:
+    the kernel has no backward."""
+    return grouped_step(m, S, groups(key))
+
+
+def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tensor]:
+    """`step` for G groups; `kernel` replaces mamba's (a test's oracle with its in-place contract)."""
+    kernel = kernel or state_update_kernel()
+    state, args = step_arguments(m, S, G)
+    batch, H, V, K = state.shape
+    flat = state.view(1, batch * H, V, K)
+    out = torch.empty_like(args["x"])
+    per = max(1, MAX_GRID // H)  # whole sequences per launch, so that groups stay aligned
+    for b0 in range(0, batch, per):
+        heads, groups = slice(b0 * H, (b0 + per) * H), slice(b0 * G, (b0 + per) * G)
+        out[:, heads] = kernel(flat[:, heads], args["x"][:, heads], args["dt"][:, heads], args["A"][heads],
+                               args["B"][:, groups], args["C"][:, groups], D=args["D"][heads],
+                               dt_bias=args["dt_bias"][heads])
+    return out.view(batch, 1, H, V), state.transpose(-1, -2)
+
+
 # --- the self-check ----------------------------------------------------------------------------------
 
 
@@ -215,3 +288,67 @@ def self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int,
         ssd, reference, _inputs(K, V, G, min(H, 4 * G), decay, dtype, device), names,
         outputs=("output", "state"), tolerance=selfcheck.TF32_TOLERANCE.get(dtype, 5e-3),
         reference_dtype=torch.float32, device=device)
+
+
+def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype, device: torch.device,
+                 steps: int = 3):
+    """Reference-style inputs for `steps` decoding steps of a batch of 2 (the SSD step flattens
+    sequences and heads together), q and k shared within each of G groups, and a state. `decay`
+    is the key's decay_shape: "none", "scalar" (a log decay) or "selective" (step sizes, rates)."""
+    from seqdsl.lower.paths import RecurrentInputs
+
+    g = torch.Generator(device="cpu").manual_seed(0)
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
+    B = 2
+    grouped = lambda: rnd(B, steps, G, K).repeat_interleave(H // G, dim=2)
+    m = RecurrentInputs(q=grouped() * K ** -0.5, k=grouped(), v=rnd(B, steps, H, V))
+    if decay == "scalar":
+        m.log_decay = -torch.rand(B, steps, H, generator=g).to(device) * 0.5
+    elif decay == "selective":
+        m.dt = torch.nn.functional.softplus(torch.randn(B, steps, H, generator=g) - 3.0).to(device)
+        m.rate = -torch.arange(1, K + 1, dtype=torch.float32, device=device).expand(H, K).contiguous()
+    return m, torch.randn(B, H, K, V, generator=g).to(device) * 0.1
+
+
+@functools.lru_cache(maxsize=None)
+def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int,
+                    decay: str) -> tuple[bool, str]:
+    """(True, "") when three chained decoding steps through `selective_state_update` match the
+    reference recurrent step (each output and the new state) and leave the state they are given
+    unchanged, for steps of these widths, grouping and decay (the key's decay_shape: "none" and
+    "scalar" take the SSD path's step, "selective" the selective scan path's) on this machine;
+    else (False, why)."""
+    from seqdsl.lower import selective_scan_paths
+    from seqdsl.lower.paths import RecurrentInputs
+
+    H = min(H, 4 * G)
+    m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
+    up = lambda t: None if t is None else t.float()
+    log_decay, v = up(m.log_decay), up(m.v)
+    if decay == "selective":
+        log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, v)
+        take_step = selective_scan_paths.grouped_step
+    else:
+        take_step = grouped_step
+    want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=S0)
+    tol = selfcheck.TF32_TOLERANCE.get(dtype, 5e-3)
+    rel = lambda x, y: ((x.float() - y).norm() / (y.norm() + 1e-12)).item()
+    at = lambda x, t: None if x is None else x[:, t:t + 1]
+    S, before = S0, S0.clone()
+    try:
+        with torch.no_grad():
+            for t in range(m.v.shape[1]):
+                one = RecurrentInputs(q=at(m.q, t), k=at(m.k, t), v=at(m.v, t), log_decay=at(m.log_decay, t),
+                                      dt=at(m.dt, t), rate=m.rate)
+                o, S = take_step(one, S, G)
+                err = rel(o[:, 0], want_o[:, t])
+                if not err <= tol:
+                    return False, f"step {t}'s output differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+    except Exception as err:  # the kernel refused to run here: that is the finding
+        return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
+    if not torch.equal(S0, before):
+        return False, "the kernel changed the state it was given (it must update a copy)"
+    err = rel(S, want_S)
+    if not err <= tol:
+        return False, f"the state after the steps differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+    return True, ""

@@ -35,6 +35,7 @@ from torch import Tensor, nn
 from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
+from seqdsl.ir.flops import step_rank
 from seqdsl.ir.key import kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
@@ -143,6 +144,12 @@ class MixerModule(nn.Module):
             log_gammas = retnet_log_gammas(H) if decay.gamma == "auto" else [math.log(decay.gamma)] * H
             self.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64),
                                  persistent=False)
+        elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "selective":
+            # Mamba-1: dt_t = softplus(W_up W_down x_t + b) per head (low rank: Mamba's dt_rank),
+            # log a_t[k] = -dt_t exp(A_log[h, k]), the write scaled by dt_t
+            self.dt_down = nn.Linear(d_model, step_rank(d_model), bias=False)
+            self.dt_up = nn.Linear(step_rank(d_model), H, bias=True)
+            self.rate_log = nn.Parameter(torch.zeros(H, self.F))  # one rate per state row
         elif isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
             # Mamba-2: log a_t = -exp(A) * softplus(W x_t + b), A per head
             self.dt_proj = nn.Linear(d_model, H, bias=True)
@@ -189,6 +196,12 @@ class MixerModule(nn.Module):
                 nn.init.kaiming_uniform_(self.dt_proj.weight, a=math.sqrt(5))
             else:  # fla's a_proj: N(0, initializer_range = 0.02)
                 nn.init.normal_(self.dt_proj.weight, std=0.02)
+        if hasattr(self, "dt_up"):  # Mamba-1 (mamba_ssm/modules/mamba_simple.py): S4D-real A, dt_init
+            nn.init.kaiming_uniform_(self.dt_down.weight, a=math.sqrt(5))  # x_proj: nn.Linear's default
+            rank = self.dt_up.in_features
+            nn.init.uniform_(self.dt_up.weight, -rank ** -0.5, rank ** -0.5)
+            self.dt_up.bias.copy_(init.dt_bias(H))
+            self.rate_log.copy_(init.s4d_real_log_rate(H, self.F))
         if hasattr(self, "decay_up"):
             if family in ("rwkv6", "rwkv7"):
                 # RWKV's decay LoRA starts with w1 = 0: the initial decay is the fixed w0 ramp
@@ -377,7 +390,8 @@ class MixerModule(nn.Module):
     # --- the recurrent family ------------------------------------------------------------------------
 
     def _log_decay(self, x: Tensor) -> Tensor | None:
-        """(B, T, H) or (B, T, H, Dk) log decays, all <= 0, or None for no decay."""
+        """(B, T, H) or (B, T, H, Dk) log decays, all <= 0, or None for no decay and for the
+        selective step (which arrives as RecurrentInputs.dt and .rate instead)."""
         B, T, _ = x.shape
         decay = self.spec.decay
         if isinstance(decay, nodes.ConstantDecay):
@@ -408,6 +422,10 @@ class MixerModule(nn.Module):
             q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)
         q = self._learned_q(q * self.key.scale)
         mixed = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay)
+        if hasattr(self, "dt_up"):  # float32 at least, whatever autocast does: the step's exp and products
+            dtype = torch.promote_types(x.dtype, torch.float32)
+            mixed.dt = F.softplus(self.dt_up(self.dt_down(x)).to(dtype))
+            mixed.rate = -torch.exp(self.rate_log.to(dtype))
         if isinstance(update, nodes.Delta):
             mixed.beta = torch.sigmoid(self.beta_proj(x))
         elif isinstance(update, nodes.Rwkv7):

@@ -26,7 +26,10 @@ Paths:
         reference   seqdsl.reference.top1
     recurrent family
         mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/mamba_paths.py), CUDA
-                    only, after a self-check; single decoding steps run recurrent_ref
+                    only, after a self-check; single decoding steps (no gradient) run its
+                    selective_state_update after a self-check of their own, else recurrent_ref
+        mamba.selective_scan  mamba-ssm's Mamba-1 selective scan for the selective decay
+                    (seqdsl/lower/selective_scan_paths.py), likewise, decoding steps included
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
     Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla), each is
@@ -93,6 +96,11 @@ class RecurrentInputs:
     k: Tensor  # (B, T, H, F)
     v: Tensor  # (B, T, H, value_cols)
     log_decay: Tensor | None = None  # (B, T, H) or (B, T, H, F), as key.decay_shape says
+    # decay_shape "selective" (Mamba-1): the step size (B, T, H) > 0 and the rate (H, F) < 0, the
+    # log decay being dt x rate and the write dt k v^T; log_decay then holds only an extra
+    # per-head decay (ALiBi), or None
+    dt: Tensor | None = None
+    rate: Tensor | None = None
     beta: Tensor | None = None  # (B, T, H) delta rules
     bonus: Tensor | None = None  # (H, F) RWKV-6's bonus u
     a: Tensor | None = None  # (B, T, H, F) RWKV-7's in-context rate
@@ -123,6 +131,8 @@ class PathChooser:
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
         self._top1 = None  # the generated kernels, bound when a plan picks them
+        # (device, dtype) plans on a mamba path whose decoding steps passed the state-update self-check
+        self._mamba_steps: set[tuple[str, torch.dtype]] = set()
 
     def describe(self) -> dict[str, Plan]:
         """{device type: (path, reason)} for every device this mixer has run on."""
@@ -131,6 +141,7 @@ class PathChooser:
     def reset(self) -> None:
         self.chosen.clear()
         self._plans.clear()
+        self._mamba_steps.clear()
 
     def plan(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Plan:
         """The path this mixer takes on `device` for inputs of `dtype`. With `dtype = None`
@@ -172,8 +183,9 @@ class PathChooser:
         if dtype is None:  # planning for display: the self-checks run at the first real call
             first = usable[0]
             others = f"; {' or '.join(v.op for v in usable[1:])} if faster here" if len(usable) > 1 else ""
-            return Plan(first.op, f"{_RUNTIMES[first.backend].what}, after a self-check against the "
-                                  f"reference{others}{not_here}")
+            steps = f"; {_MambaRuntime.steps}, after a self-check" if first.backend == "mamba" else ""
+            return Plan(first.op, f"{_RUNTIMES[first.backend].what(first.op)}, after a self-check against the "
+                                  f"reference{others}{steps}{not_here}")
         from seqdsl.lower import verdicts
 
         passed, failed = [], []
@@ -204,8 +216,24 @@ class PathChooser:
             from seqdsl.kernels import top1
 
             self._top1 = top1.bind(key)
-        return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what}, self-checked against the reference"
-                               f"{timing}{not_here}")
+        steps = self._mamba_decoding(device, dtype) if chosen.backend == "mamba" else ""
+        return Plan(chosen.op, f"{_RUNTIMES[chosen.backend].what(chosen.op)}, self-checked against the reference"
+                               f"{timing}{steps}{not_here}")
+
+    def _mamba_decoding(self, device: torch.device, dtype: torch.dtype) -> str:
+        """Whether decoding steps on a mamba plan run mamba-ssm's state-update kernel (its
+        own self-check, kept with the others) or the reference step; the plan's reason says which."""
+        from seqdsl.lower import verdicts
+
+        runtime = _RUNTIMES["mamba"]
+        facts = {"op": "mamba.state_update", "dtype": dtype, "specialised_on": runtime.facts(self.key)}
+        ok, detail = verdicts.cached(facts, device, lambda: runtime.step_check(self.key, dtype, device))
+        if ok:
+            self._mamba_steps.add((str(device), dtype))
+            return f"; {_MambaRuntime.steps}, self-checked against the reference step"
+        warnings.warn(f"seqdsl: mixer {self.name}: mamba-ssm's selective_state_update failed its self-check "
+                      f"here ({detail}); decoding steps run the reference recurrent step instead", stacklevel=5)
+        return f"; decoding steps: the reference recurrent step (selective_state_update failed its self-check: {detail})"
 
     def _record(self, device: torch.device, choice: Plan) -> None:
         if self.chosen.get(device.type) != choice:
@@ -240,7 +268,9 @@ class PathChooser:
 
     def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
         path = self._plan_call(m.q).path
-        return _RUNTIMES[backend(path)].run(self.key, path, m, S)
+        # a decoding step may take the plan's own step kernel when that passed its self-check
+        step_checked = (str(m.q.device), m.q.dtype) in self._mamba_steps
+        return _RUNTIMES[backend(path)].run(self.key, path, m, S, step_checked=step_checked)
 
 
 def set_path(model: torch.nn.Module, path: str | None) -> None:
@@ -263,15 +293,20 @@ def backend(path: str) -> str:
 
 
 class _ReferenceRuntime:
-    what = "the reference"
+    @staticmethod
+    def what(op: str) -> str:
+        return "the reference"
 
     @staticmethod
-    def run(key: KernelKey, path: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    def run(key: KernelKey, path: str, m: RecurrentInputs, S: Tensor | None, *,
+            step_checked: bool = False) -> tuple[Tensor, Tensor]:
         return _recurrent_reference(key, m, S, path == "reference.recurrent")
 
 
 class _FlaRuntime:
-    what = "flash-linear-attention chunked kernel"
+    @staticmethod
+    def what(op: str) -> str:
+        return "flash-linear-attention chunked kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -293,14 +328,22 @@ class _FlaRuntime:
         return fla_paths.self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
 
     @staticmethod
-    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
+            step_checked: bool = False) -> tuple[Tensor, Tensor]:
         from seqdsl.lower import fla_paths
 
         return fla_paths.run(op, m, S)
 
 
 class _MambaRuntime:
-    what = "mamba-ssm SSD chunked kernel (decoding steps: the reference recurrent step)"
+    """mamba.ssd (Mamba-2's SSD, seqdsl/lower/mamba_paths.py) and mamba.selective_scan (Mamba-1's
+    scan, seqdsl/lower/selective_scan_paths.py)."""
+
+    steps = "decoding steps: mamba-ssm's selective_state_update"
+
+    @staticmethod
+    def what(op: str) -> str:
+        return "mamba-ssm selective scan" if op == "mamba.selective_scan" else "mamba-ssm SSD chunked kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -312,31 +355,50 @@ class _MambaRuntime:
 
     @staticmethod
     def known_refusal(key: KernelKey, op: str) -> str:
-        """Only a missing mamba-ssm: no machine is known where its SSD kernels refuse (unlike
-        fla's gated backward on Hopper); the self-check judges the rest."""
-        from seqdsl.lower import mamba_paths
+        """Only a missing mamba-ssm: no machine is known where its kernels refuse (unlike fla's
+        gated backward on Hopper); the self-check judges the rest."""
+        from seqdsl.lower import mamba_paths, selective_scan_paths
 
+        if op == "mamba.selective_scan":
+            return selective_scan_paths.importable()
         return mamba_paths.importable()
 
     @staticmethod
     def self_check(key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        from seqdsl.lower import mamba_paths
+        from seqdsl.lower import mamba_paths, selective_scan_paths
 
+        if op == "mamba.selective_scan":
+            return selective_scan_paths.self_check(dtype, device, key.feature_dim, key.value_cols,
+                                                   mamba_paths.groups(key), key.heads)
         return mamba_paths.self_check(dtype, device, key.feature_dim, key.value_cols, mamba_paths.groups(key),
                                       key.heads, key.decay_shape != "none")
 
     @staticmethod
-    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
-        """The SSD kernels take chunks: a single decoding step runs the reference step."""
-        if m.q.shape[1] == 1:
-            return _recurrent_reference(key, m, S, True)
+    def step_check(key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
         from seqdsl.lower import mamba_paths
 
-        return mamba_paths.run(key, m, S)
+        return mamba_paths.step_self_check(dtype, device, key.feature_dim, key.value_cols,
+                                           mamba_paths.groups(key), key.heads, key.decay_shape)
+
+    @staticmethod
+    def run(key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
+            step_checked: bool = False) -> tuple[Tensor, Tensor]:
+        """Chunks through the chunked kernel; a single decoding step (no gradient) through
+        mamba-ssm's state-update kernel when it passed its own self-check, else the reference step."""
+        from seqdsl.lower import mamba_paths, selective_scan_paths
+
+        module = selective_scan_paths if op == "mamba.selective_scan" else mamba_paths
+        if m.q.shape[1] > 1:
+            return module.run(key, m, S)
+        if step_checked and not torch.is_grad_enabled():
+            return module.step(key, m, S)
+        return _recurrent_reference(key, m, S, True)
 
 
 class _TritonRuntime:
-    what = "generated Triton kernel"
+    @staticmethod
+    def what(op: str) -> str:
+        return "generated Triton kernel"
 
     @staticmethod
     def facts(key: KernelKey) -> str:
@@ -494,9 +556,13 @@ _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delt
 
 @_in_float32
 def _recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
+    if key.decay_shape == "selective":  # Mamba-1's step: rule (1) with a per-channel decay
+        log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, m.v, m.log_decay)
+        m = replace(m, log_decay=log_decay, v=v, dt=None, rate=None)
     kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_REFERENCE_UPDATE[key.update], bonus=m.bonus,
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
     # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if key.decay_shape == "vector" else 64, **kwargs)
+    per_channel = key.decay_shape in ("vector", "selective")
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if per_channel else 64, **kwargs)

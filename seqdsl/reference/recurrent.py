@@ -5,6 +5,7 @@ Shape legend
     q, k             (B, T, H, Dk)     already feature-mapped and scaled by the caller
     v                (B, T, H, Dv)     Dv may be 1 (Mamba-1: one head per channel)
     log_decay        (B, T, H) one scalar per head, or (B, T, H, Dk) one per key channel
+    dt, rate         (B, T, H), (H, Dk) Mamba-1's selective step: `selective_to_additive`
     beta             (B, T, H)         delta-rule writing strength
     bonus            (H, Dk)           RWKV-6's u
     a, kappa         (B, T, H, Dk)     RWKV-7's in-context rate and removal key
@@ -35,6 +36,11 @@ decays into sums, which the chunked and parallel forms need.
         `chunk_rwkv7`, `fused_recurrent_rwkv7`) this is gk = log_decay, fla's a = -kappa and fla's
         b = kappa * a, exactly what fla's RWKV7 layer passes (`a=-kk, b=kk * a`). Below,
         read = -kappa (how the state is read) and write = kappa * a (where it is written back).
+
+Mamba-1's selective step (`decay = data_dependent(selective)`) is rule (1) with
+log decay_t = dt_t * rate (one step size dt_t > 0 per head and step, a rate < 0 per key channel)
+and the write scaled by the step, S_t = decay_t S_(t-1) + dt_t k_t v_t^T, Mamba's discretised
+input dt B x: `selective_to_additive` gives the three forms below those inputs.
 
 Forms: `recurrent_ref` is the step-by-step loop, the definition. `chunked_ref` splits time into
 chunks of C steps: inside a chunk everything is a decay-masked (C, C) matrix product, across
@@ -118,6 +124,17 @@ def _prepare(q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state):
     else:
         raise ValueError(f"initial_state must be (B, H, Dk, Dv); got {tuple(initial_state.shape)}")
     return head_first(q), head_first(k), head_first(v), g, beta, read, write, S0
+
+
+def selective_to_additive(dt: Tensor, rate: Tensor, v: Tensor,
+                          extra_log_decay: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """Mamba-1's selective step as rule (1)'s inputs: (log decay (B, T, H, Dk) = dt x rate, plus
+    `extra_log_decay` (B, T, H) per head if given (ALiBi's penalty); values dt_t v_t (B, T, H, Dv),
+    the write scaled by the step). dt (B, T, H) > 0, rate (H, Dk) < 0."""
+    log_decay = dt[..., None] * rate
+    if extra_log_decay is not None:
+        log_decay = log_decay + extra_log_decay[..., None]
+    return log_decay, v * dt[..., None]
 
 
 def recurrent_ref(

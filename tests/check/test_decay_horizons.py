@@ -68,7 +68,7 @@ def test_retnet_schedule_is_judged_by_its_longest_head(heads, severity):
 
 
 @pytest.mark.parametrize("weights", ["", RECURRENT])
-@pytest.mark.parametrize("granularity", ["scalar", "vector"])
+@pytest.mark.parametrize("granularity", ["scalar", "vector", "selective"])
 def test_data_dependent_decay_is_explained(weights, granularity):
     d = v(check(f"decay = data_dependent({granularity})\n{weights}"))
     assert d.severity == "info" and "learned" in d.message
@@ -132,7 +132,7 @@ def _context(decay, weights) -> MixerContext:
 def test_the_samples_cover_every_decay_kind_and_literal():
     kinds = {d.kind for d in DECAYS}
     assert kinds == {"none", "constant", "data_dependent"}
-    assert {d.granularity for d in DECAYS if d.kind == "data_dependent"} == {"scalar", "vector"}
+    assert {d.granularity for d in DECAYS if d.kind == "data_dependent"} == {"scalar", "vector", "selective"}
     assert {d.gamma for d in DECAYS if d.kind == "constant"} >= {"auto", 0.5}
 
 

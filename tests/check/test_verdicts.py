@@ -54,7 +54,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "gated_deltanet": ("fail", STATE),
     "retnet": ("fail", STATE),
     "gla": ("fail", STATE),
-    "mamba": ("fail", STATE | {"W003"}),  # W003: no fast path takes head_dim 1 with this decay (docs/mamba.md)
+    "mamba": ("fail", STATE),
     "mamba2": ("fail", STATE),
     "rwkv6": ("fail", STATE),
     "rwkv7": ("fail", STATE),

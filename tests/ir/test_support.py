@@ -95,8 +95,18 @@ def test_mamba_ssd_takes_mamba2_its_ablations_and_retnet(name):
     assert support.mamba(_library_key(name)) == support.Support("mamba", "mamba.ssd")
 
 
+def test_mamba_selective_scan_takes_mamba1():
+    assert support.mamba(_library_key("mamba")) == support.Support("mamba", "mamba.selective_scan")
+
+
+def test_a_free_per_entry_decay_of_width_one_heads_is_told_to_say_selective():
+    mixer = nodes.Mixer(name="m", weights=nodes.Linear(), heads=8, head_dim=1, key_dim=16, qk_groups=1,
+                        decay=VECTOR)
+    verdict = support.mamba(kernel_key(mixer, 64))
+    assert not verdict.ok and "data_dependent(selective)" in verdict.reason
+
+
 @pytest.mark.parametrize("name, why", [
-    ("mamba", "selective scan"),  # Mamba-1 as lowered: a decay free per state entry
     ("gla", "vector"),
     ("gated_deltanet", "delta"),
     ("deltanet", "delta"),

@@ -97,8 +97,10 @@ def test_scalar_decay_matches_the_recipe(name, a_low, weight_var):
 def test_mamba1_initial_decay_is_s4d_real_times_log_uniform_dt():
     torch.manual_seed(0)
     m = _mixer("mamba")
-    with torch.no_grad():
-        log_decay = m._log_decay(torch.zeros(1, 1, D))[0, 0].double()  # (H, Dk) at zero input
+    zeros = lambda width: torch.zeros(1, 1, m.H, width)
+    with torch.no_grad():  # the selective step at zero input: log decay dt x rate, (H, Dk)
+        mixed = m._recurrent_inputs(torch.zeros(1, 1, D), zeros(m.Dk), zeros(m.Dk), zeros(m.Dv))
+        log_decay = (mixed.dt[0, 0, :, None] * mixed.rate).double()
     H, Dk = log_decay.shape
     assert (H, Dk) == (2 * D, 16)
     # mamba_ssm/modules/mamba_simple.py: A = arange(1, d_state + 1) per channel, decay -A dt
@@ -263,9 +265,9 @@ def test_language_model_init_keeps_the_recipes_and_passes_layers():
         assert torch.allclose(m.bonus.detach().double(), faaaa, atol=1e-6), layer
 
 
-@pytest.mark.parametrize("name", ["mamba", "rwkv6", "rwkv7"])
-def test_recipes_leave_meta_mixers_alone(name):
+@pytest.mark.parametrize("name, recipe_bias", [("mamba", "dt_up"), ("rwkv6", "decay_up"), ("rwkv7", "decay_up")])
+def test_recipes_leave_meta_mixers_alone(name, recipe_bias):
     """Sizing a big model on the meta device must not try to compute values."""
     with torch.device("meta"):
         m = _mixer(name)
-    assert m.decay_up.bias.is_meta
+    assert getattr(m, recipe_bias).bias.is_meta

@@ -56,6 +56,10 @@ GOLDEN_SPECS = {
                       "conv = causal(4)  norm = rmsnorm  gate = swish",
     "gla": "heads = 2  head_dim = 16  key_dim = 8  weights = linear  decay = data_dependent(vector)  "
            "norm = rmsnorm  gate = swish",
+    "mamba1": "head_dim = 1  expand = 2  key_dim = 4  qk_groups = 1  relation = dot(scale=1.0)  weights = linear  "
+              "decay = data_dependent(selective)  conv = causal(4)  gate = swish",
+    "mamba1_wide_heads_alibi": "heads = 2  head_dim = 3  key_dim = 4  qk_groups = 2  weights = linear  "
+                               "decay = data_dependent(selective)  position = alibi",
     "rwkv6": "heads = 2  head_dim = 8  weights = linear  decay = data_dependent(vector)  update = additive(bonus=true)  "
              "conv = token_shift  norm = groupnorm  gate = sigmoid",
     "rwkv7": "heads = 2  head_dim = 8  relation = dot(scale=1.0)  weights = linear  decay = data_dependent(vector)  "

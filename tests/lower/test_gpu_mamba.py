@@ -1,22 +1,30 @@
 """On a GPU with mamba-ssm installed, the mamba-ssm SSD path (seqdsl/lower/mamba_paths.py) equals
 the reference recurrence in outputs, final state and the gradient of every input, for the keys of
-Mamba-2, its ablations and RetNet; a prefill on it hands its state on exactly. Skipped without
-CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
+Mamba-2, its ablations and RetNet; a prefill on it hands its state on exactly; its decoding steps
+(mamba-ssm's selective_state_update) equal the reference step, and generate() on the mamba paths
+picks the reference's tokens. Mamba-1's selective scan (seqdsl/lower/selective_scan_paths.py)
+equals the reference's selective step likewise, from an initial state, its decoding steps on
+selective_state_update equal the reference step, and a Mamba-1 model trains and generates on
+them. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
 
 from __future__ import annotations
+
+import warnings
 
 import pytest
 import torch
 
-from seqdsl.lower import mamba_paths
-from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference
+from seqdsl.lower import mamba_paths, selective_scan_paths
+from seqdsl.lower.lm import LanguageModel
+from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference, set_path
 from tests.ir.test_support import _library_key
+from tests.spec_library import SPECS_DIR, spec_model
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
     pytest.mark.skipif(torch.cuda.is_available() and bool(mamba_paths.importable()),
-                       reason="mamba-ssm is not importable here"),
+                       reason="mamba-ssm is not importable here (benchmarks/build_mamba_ssm.py --install builds it)"),
 ]
 
 SSD_SPECS = ["mamba2", "mamba2_no_decay", "mamba2_no_conv", "mamba2_no_groupnorm", "mamba2_rope",
@@ -92,3 +100,152 @@ def test_mamba_self_check_passes_here(dtype):
     ok, detail = mamba_paths.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
                                         mamba_paths.groups(key), key.heads, True)
     assert ok, detail
+
+
+@pytest.mark.parametrize("name", SSD_SPECS)
+def test_mamba_decoding_steps_match_the_reference_step(name):
+    """Five chained steps of three sequences through selective_state_update, from a state."""
+    key = _library_key(name)
+    g = torch.Generator().manual_seed(0)
+    B, H, G, K, V, T = 3, key.heads, mamba_paths.groups(key), key.feature_dim, key.value_cols, 5
+    rnd = lambda *s: torch.randn(*s, generator=g).cuda()
+    grouped = lambda: rnd(B, T, G, K).repeat_interleave(H // G, dim=2)
+    log_decay = None if key.decay_shape == "none" else -torch.rand(B, T, H, generator=g).cuda() * 0.3
+    m = RecurrentInputs(q=grouped() * key.scale, k=grouped(), v=rnd(B, T, H, V), log_decay=log_decay)
+    S = S_ref = rnd(B, H, K, V) * 0.1
+    for t in range(T):
+        one = RecurrentInputs(q=m.q[:, t:t + 1], k=m.k[:, t:t + 1], v=m.v[:, t:t + 1],
+                              log_decay=None if log_decay is None else log_decay[:, t:t + 1])
+        with torch.no_grad():
+            o, S = mamba_paths.step(key, one, S)
+            o_ref, S_ref = _recurrent_reference(key, one, S_ref, True)
+        errors = (_rel(o, o_ref), _rel(S, S_ref))
+        assert max(errors) < 1e-4, (t, errors)  # float32 throughout, no tensor-core dots
+    print(f"\n{name}: step output {errors[0]:.1e}, state {errors[1]:.1e}")
+
+
+def test_generate_on_the_mamba_paths_picks_the_reference_tokens(no_tf32, monkeypatch):
+    """A prefill on the SSD kernel, then decoding steps on selective_state_update: every token
+    generate() picks is the reference's greedy choice (up to a tie within 1e-3 of the logit
+    range), and the decoding logits on both paths agree."""
+    program, model = spec_model(SPECS_DIR / "mamba2.seq", vocab=256)
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model).cuda()
+    calls = []
+    real_step = mamba_paths.step
+    monkeypatch.setattr(mamba_paths, "step", lambda *a: calls.append(1) or real_step(*a))
+    prompt = torch.randint(0, 256, (2, 300), device="cuda")  # over one 256-step chunk
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tokens = lm.generate(prompt, 12)
+    assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]  # no fallback hides here
+    plans = [block.mixer.paths.describe()["cuda"] for block in lm.blocks]
+    assert all(p.path == "mamba.ssd" and "selective_state_update, self-checked" in p.reason for p in plans), plans
+    assert len(calls) == 12 * len(lm.blocks)  # every decoding step of every layer ran the kernel
+    with torch.no_grad():
+        fast_logits = _decode_logits(lm, tokens, prompt.shape[1])
+        set_path(lm, "reference")
+        ref_logits = _decode_logits(lm, tokens, prompt.shape[1])
+    assert _rel(fast_logits, ref_logits) < 5e-3  # the prefill's tf32 dots inside mamba's kernels
+    picked = ref_logits[:, :-1].gather(-1, tokens[:, prompt.shape[1]:, None])[..., 0]
+    best, spread = ref_logits[:, :-1].max(-1).values, ref_logits.amax(-1) - ref_logits.amin(-1)
+    assert (picked >= best - 1e-3 * spread[:, :-1]).all()
+
+
+def _decode_logits(lm, tokens, prompt_len: int):
+    """The logits at the last prompt position and after each later token fed one at a time."""
+    logits, state = lm(tokens[:, :prompt_len])
+    out = [logits[:, -1]]
+    for t in range(prompt_len, tokens.shape[1]):
+        logits, state = lm(tokens[:, t:t + 1], state)
+        out.append(logits[:, -1])
+    return torch.stack(out, dim=1).float()
+
+
+# --- Mamba-1: the selective scan ------------------------------------------------------------------------
+
+
+def _selective_forward_backward(fn, inputs):
+    leaves = [t.detach().clone().requires_grad_() for t in inputs]
+    o, S = fn(*leaves)
+    (o.float().square().sum() + S.float().square().sum()).backward()
+    return [o, S] + [t.grad for t in leaves]
+
+
+def test_mamba1_selective_scan_matches_the_reference_with_every_gradient(no_tf32):
+    key = _library_key("mamba")
+    assert mamba_paths.groups(key) == 1 and key.decay_shape == "selective"
+    # 64 of Mamba-1's channels (heads of width 1), its 16-entry state, over 600 steps, from a state
+    inputs = selective_scan_paths._inputs(key.feature_dim, key.value_cols, 1, 64, torch.float32,
+                                          torch.device("cuda"), T=600)
+    fast = _selective_forward_backward(selective_scan_paths._fast, inputs)
+    ref = _selective_forward_backward(selective_scan_paths.reference, inputs)
+    what = ["output", "state", "dq", "dk", "dv", "ddt", "drate", "dS0"]
+    errors = {w: _rel(x, y) for w, x, y in zip(what, fast, ref)}
+    print("\nmamba (selective scan): " + ", ".join(f"{w} {e:.1e}" for w, e in errors.items()))
+    assert all(e < 1e-3 for e in errors.values()), errors  # float32 throughout, no tensor-core dots
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_mamba1_selective_scan_self_check_passes_here(dtype):
+    key = _library_key("mamba")
+    ok, detail = selective_scan_paths.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_paths.groups(key), key.heads)
+    assert ok, detail
+
+
+def test_mamba1_decoding_steps_match_the_reference_step():
+    key = _library_key("mamba")
+    for dtype in (torch.float32, torch.bfloat16):
+        ok, detail = mamba_paths.step_self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_paths.groups(key), key.heads, "selective")
+        assert ok, (dtype, detail)
+    inputs, S = mamba_paths._step_inputs(key.feature_dim, key.value_cols, 1, 64, "selective", torch.float32,
+                                         torch.device("cuda"), steps=5)
+    S_ref = S
+    for t in range(5):
+        one = RecurrentInputs(q=inputs.q[:, t:t + 1], k=inputs.k[:, t:t + 1], v=inputs.v[:, t:t + 1],
+                              dt=inputs.dt[:, t:t + 1], rate=inputs.rate)
+        with torch.no_grad():
+            o, S = selective_scan_paths.step(key, one, S)
+            o_ref, S_ref = _recurrent_reference(key, one, S_ref, True)
+        errors = (_rel(o, o_ref), _rel(S, S_ref))
+        assert max(errors) < 1e-4, (t, errors)
+    print(f"\nmamba: step output {errors[0]:.1e}, state {errors[1]:.1e}")
+
+
+def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32, monkeypatch):
+    """Logits and every parameter gradient equal the reference's; then generate(): a prefill on
+    the scan, decoding steps on selective_state_update, the reference's tokens."""
+    program, model = spec_model(SPECS_DIR / "mamba.seq", vocab=256)
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model).cuda()
+    tokens = torch.randint(0, 256, (2, 300), device="cuda")
+    calls = []
+    real_step = selective_scan_paths.step
+    monkeypatch.setattr(selective_scan_paths, "step", lambda *a: calls.append(1) or real_step(*a))
+
+    def logits_and_grads():
+        lm.zero_grad()
+        logits, _ = lm(tokens)
+        logits.float().square().mean().backward()
+        return logits.detach(), {n: p.grad.detach().clone() for n, p in lm.named_parameters() if p.grad is not None}
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        fast, fast_grads = logits_and_grads()
+        generated = lm.generate(tokens[:, :200], 10)
+    assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]
+    plans = [block.mixer.paths.describe()["cuda"] for block in lm.blocks]
+    assert all(p.path == "mamba.selective_scan" and "selective_state_update, self-checked" in p.reason
+               for p in plans), plans
+    assert len(calls) == 10 * len(lm.blocks)
+    set_path(lm, "reference")
+    ref, ref_grads = logits_and_grads()
+    assert _rel(fast, ref) < 1e-4
+    assert max(_rel(fast_grads[n], ref_grads[n]) for n in ref_grads) < 1e-3
+    with torch.no_grad():
+        ref_logits = _decode_logits(lm, generated, 200)
+    picked = ref_logits[:, :-1].gather(-1, generated[:, 200:, None])[..., 0]
+    best, spread = ref_logits[:, :-1].max(-1).values, ref_logits.amax(-1) - ref_logits.amin(-1)
+    assert (picked >= best - 1e-3 * spread[:, :-1]).all()

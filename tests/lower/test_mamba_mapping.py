@@ -1,8 +1,10 @@
 """The mamba-ssm path's mapping (seqdsl/lower/mamba_paths.py), on CPU: the arguments it gives
 mamba-ssm's SSD kernels, run through Mamba-2's published discrete SSD (tests/oracles/ssd_loops.py,
 step by step and in the chunked form on the very tensors the kernels take), reproduce the
-reference recurrence (seqdsl/reference/recurrent.py) in float64. The kernels themselves run on
-a GPU only: tests/lower/test_gpu_mamba.py compares them, outputs and gradients, with the reference."""
+reference recurrence (seqdsl/reference/recurrent.py) in float64; likewise the arguments of a
+decoding step, through the published one-step state update that mamba-ssm's
+`selective_state_update` computes. The kernels themselves run on a GPU only:
+tests/lower/test_gpu_mamba.py compares them, outputs and gradients, with the reference."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ from seqdsl.ir.key import kernel_key
 from seqdsl.lower import mamba_paths
 from seqdsl.lower.paths import RecurrentInputs
 from seqdsl.reference.recurrent import recurrent_ref
-from tests.oracles.ssd_loops import ssd_chunked, ssd_loop
+from tests.oracles.ssd_loops import ssd_chunked, ssd_loop, state_update
 
 SCALAR = nodes.DataDependentDecay(granularity="scalar")
 
@@ -78,3 +80,51 @@ def test_chunk_decays_pad_with_no_decay_and_no_write():
     assert torch.allclose(dA_cumsum[0, :, 0, :5], log_decay[0].cumsum(0).T)
     assert torch.equal(dA_cumsum[..., 5:], dA_cumsum[..., 4:5].expand(1, 2, 1, mamba_paths.CHUNK - 5))
     assert torch.equal(mamba_paths.unchunk(dA_cumsum, 5), log_decay.cumsum(1))
+
+
+def _step(m, t: int):
+    return RecurrentInputs(q=m.q[:, t:t + 1], k=m.k[:, t:t + 1], v=m.v[:, t:t + 1],
+                           log_decay=None if m.log_decay is None else m.log_decay[:, t:t + 1])
+
+
+@pytest.mark.parametrize("decay", [SCALAR, nodes.NoDecay(), nodes.ConstantDecay()], ids=["scalar", "none", "constant"])
+def test_mamba_step_arguments_through_the_published_update_equal_the_reference_step(decay):
+    key = _key(decay)
+    m, S = _inputs(key, 1, decay=not isinstance(decay, nodes.NoDecay), per_head_keys=False)
+    want_o, want_S = recurrent_ref(m.q, m.k, m.v, log_decay=m.log_decay, initial_state=S)
+    state, args = mamba_paths.step_arguments(m, S, mamba_paths.groups(key))
+    assert args["B"].shape[1] == 2 * key.qk_groups  # sequences x groups, as the flattened heads read them
+    # zero-strided: the kernel's one-decay-per-head branch (TIE_HDIM)
+    assert args["A"].stride()[1:] == (0, 0) and args["dt"].stride(-1) == args["dt_bias"].stride(-1) == 0
+    state = state.double()  # the state is float32 by contract; the test runs the update in float64
+    y = state_update(state.view(1, -1, *state.shape[2:]), *(args[n].double() for n in ("x", "dt", "A", "B", "C")),
+                     D=args["D"].double(), dt_bias=args["dt_bias"].double())
+    assert _rel(y.view(want_o.shape), want_o) < 1e-12
+    assert _rel(state.transpose(-1, -2), want_S) < 1e-12
+
+
+def test_mamba_decoding_steps_chain_and_split_launches_without_touching_the_given_state(monkeypatch):
+    """Four chained steps of three sequences through `grouped_step` with the published update as
+    the kernel, two sequences per launch (as past CUDA's grid bound), equal the reference."""
+    key = _key(SCALAR)
+    monkeypatch.setattr(mamba_paths, "MAX_GRID", 2 * key.heads)
+    g = torch.Generator().manual_seed(2)
+    B, H, G, K, V, T = 3, key.heads, key.qk_groups, key.feature_dim, key.value_cols, 4
+    grouped = lambda: torch.randn(B, T, G, K, generator=g, dtype=torch.float64).repeat_interleave(H // G, dim=2)
+    m = RecurrentInputs(q=grouped(), k=grouped(), v=torch.randn(B, T, H, V, generator=g, dtype=torch.float64),
+                        log_decay=-torch.rand(B, T, H, generator=g).double())
+    S0 = torch.randn(B, H, K, V, generator=g).double()
+    want_o, want_S = recurrent_ref(m.q, m.k, m.v, log_decay=m.log_decay, initial_state=S0)
+    launches = []
+
+    def kernel(*args, **kwargs):
+        launches.append(args[1].shape[1])
+        return state_update(*args, **kwargs)
+
+    S, before = S0, S0.clone()
+    for t in range(T):
+        o, S = mamba_paths.grouped_step(_step(m, t), S, G, kernel=kernel)
+        assert o.shape == (B, 1, H, V) and S.dtype == torch.float32
+        assert _rel(o[:, 0], want_o[:, t]) < 1e-6  # the state is float32 between steps
+    assert _rel(S.double(), want_S) < 1e-6 and torch.equal(S0, before)
+    assert launches == [2 * H, H] * T

@@ -19,10 +19,14 @@ from tests.ir.test_support import _library_key
 
 class _StandIn:
     def __init__(self, name: str, passes: bool):
-        self.what, self.passes, self.checks = f"{name} stand-in", passes, 0
+        self.name, self.passes, self.checks = f"{name} stand-in", passes, 0
+        self.steps_pass, self.step_checks = True, 0
+
+    def what(self, op):
+        return self.name
 
     def facts(self, key):
-        return self.what
+        return self.name
 
     def known_refusal(self, key, op):
         return ""
@@ -30,6 +34,10 @@ class _StandIn:
     def self_check(self, key, op, dtype, device):
         self.checks += 1
         return (True, "") if self.passes else (False, "output differs")
+
+    def step_check(self, key, dtype, device):
+        self.step_checks += 1
+        return (True, "") if self.steps_pass else (False, "state differs")
 
 
 @pytest.fixture
@@ -90,3 +98,35 @@ def test_on_cpu_the_reference_runs_and_the_plan_names_the_gpu_kernels():
 def test_without_mamba_ssm_the_gpu_plan_says_so():
     plan = PathChooser(_library_key("mamba2"), "mamba2").plan("cuda")
     assert plan.path != "mamba.ssd" and "not mamba.ssd: mamba-ssm is not importable here" in plan.reason
+
+
+def test_decoding_steps_on_mamba_run_its_state_update_after_their_own_self_check(stand_ins):
+    runtimes, _ = stand_ins
+    runtimes["fla"].passes = False
+    key = _library_key("mamba2")
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter("always")
+        plan = PathChooser(key, "mamba2").plan("cuda", torch.float32)
+        again = PathChooser(key, "mamba2").plan("cuda", torch.float32)  # the verdict is kept on disk
+    assert plan.path == "mamba.ssd" and again == plan and runtimes["mamba"].step_checks == 1
+    assert "decoding steps: mamba-ssm's selective_state_update, self-checked against the reference step" in plan.reason
+
+
+def test_decoding_steps_whose_kernel_fails_its_self_check_run_the_reference_step_and_say_so(stand_ins):
+    runtimes, _ = stand_ins
+    runtimes["fla"].passes = False
+    runtimes["mamba"].steps_pass = False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        plan = PathChooser(_library_key("mamba2"), "mamba2").plan("cuda", torch.float32)
+    assert plan.path == "mamba.ssd"  # the chunked kernel passed: training keeps it
+    assert "decoding steps: the reference recurrent step (selective_state_update failed its self-check: " \
+           "state differs)" in plan.reason
+    assert any("selective_state_update failed its self-check" in str(w.message) for w in caught)
+
+
+@pytest.mark.parametrize("name, op", [("retnet", "mamba.ssd"), ("mamba", "mamba.selective_scan")])
+def test_the_displayed_plan_names_the_decoding_kernel(stand_ins, name, op):
+    plan = PathChooser(_library_key(name), name).plan("cuda")
+    assert plan.path == op and "decoding steps: mamba-ssm's selective_state_update, after a self-check" \
+        in plan.reason

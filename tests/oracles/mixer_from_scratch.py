@@ -269,10 +269,17 @@ def log_decays(spec: nodes.Mixer, w: dict, x: Tensor, H: int, Dk: int, d_model: 
         return torch.log(torch.tensor(gammas, dtype=torch.float64)).expand(B, T, H)
     if isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "scalar":
         return -torch.exp(w["A_log"]) * F.softplus(linear(x, w, "dt_proj"))  # Mamba-2
+    if isinstance(decay, nodes.DataDependentDecay) and decay.granularity == "selective":
+        return -step_sizes(w, x)[..., None] * torch.exp(w["rate_log"])  # Mamba-1: dt exp(A_log) per entry
     if isinstance(decay, nodes.DataDependentDecay):
         low = linear(x, w, "decay_down")
         return (F.logsigmoid(linear(low, w, "decay_up")) / 16.0).reshape(B, T, H, Dk)  # GLA
     return None
+
+
+def step_sizes(w: dict, x: Tensor) -> Tensor:
+    """(B, T, H) Mamba-1's step sizes dt = softplus(W_up W_down x + b) (low-rank, as dt_rank)."""
+    return F.softplus(linear(linear(x, w, "dt_down"), w, "dt_up"))
 
 
 def recurrent_mixing(spec, w, q, k, v, x, d_model) -> Tensor:
@@ -288,6 +295,8 @@ def recurrent_mixing(spec, w, q, k, v, x, d_model) -> Tensor:
         g = x.new_zeros(B, T, H)
     if g.dim() == 3:
         g = g[..., None].expand(B, T, H, Dk)
+    if isinstance(spec.decay, nodes.DataDependentDecay) and spec.decay.granularity == "selective":
+        v = v * step_sizes(w, x)[..., None]  # Mamba's discretised input dt B x: the write scaled by dt
     update = spec.update
     if isinstance(update, nodes.Delta):
         q, k = F.normalize(q, dim=-1), F.normalize(k, dim=-1)

@@ -8,6 +8,7 @@ p head dim (mamba's x width), n state dim; c chunks of s steps.
     h_t = exp(A_t) h_(t-1) + X_t B_t^T        h (b, h, p, n)        y_t = h_t C_t
 
 X is the already-discretised input (mamba's dt * x) and A the per-step log decay (mamba's dt * A).
+`state_update` is the same recurrence for one step in the arguments of mamba's state-update kernel.
 """
 
 from __future__ import annotations
@@ -56,3 +57,23 @@ def ssd_chunked(X: Tensor, dA_cumsum: Tensor, dt: Tensor, B: Tensor, C: Tensor,
         state = dA_cumsum[:, :, k, -1, None, None].exp() * state + chunk_states[:, k]
     y = (y_diag + torch.stack(y_off, dim=1)).reshape(b, c * s, h, p)[:, :l]
     return y, state
+
+
+def state_update(state: Tensor, x: Tensor, dt: Tensor, A: Tensor, B: Tensor, C: Tensor,
+                 D: Tensor | None = None, dt_bias: Tensor | None = None) -> Tensor:
+    """One step of Mamba's selective state update (the recurrence its `selective_state_update`
+    kernel computes for generation), from its definition, on the kernel's argument shapes:
+    state (b, h, p, n) updated in place, x and dt (b, h, p), A (h, p, n), B and C (b, g, n),
+    D and dt_bias (h, p). Returns y (b, h, p) in x's dtype; computes in the state's dtype, as the
+    kernel computes in float32 on a float32 state.
+
+        dt' = dt + dt_bias      state = exp(dt' A) * state + (dt' x) B^T      y = state C + D x
+    """
+    h, out_dtype = x.shape[1], x.dtype
+    x, dt, A, B, C = (t.to(state.dtype) for t in (x, dt, A, B, C))
+    dt = dt if dt_bias is None else dt + dt_bias.to(state.dtype)
+    Bh, Ch = (t.repeat_interleave(h // t.shape[1], dim=1) for t in (B, C))  # (b, h, n)
+    dA = (dt[..., None] * A).exp()  # (b, h, p, n)
+    state.copy_(dA * state + dt[..., None] * x[..., None] * Bh[:, :, None, :])
+    y = torch.einsum("bhpn,bhn->bhp", state, Ch)
+    return (y if D is None else y + D.to(state.dtype) * x).to(out_dtype)
