@@ -203,6 +203,16 @@ class PathChooser:
             log.info("mixer %s on %s: %s (%s)", self.name, device.type, *choice)
 
     def _plan_call(self, q: Tensor) -> Plan:
+        if torch.compiler.is_compiling():
+            # Planning runs self-checks, times kernels and logs: none of that can be traced, so a
+            # compiled forward only reads the plan an eager call made (LanguageModel.plan_paths).
+            choice = self._plans.get((str(q.device), q.dtype))
+            if choice is None:
+                raise SeqError(f"mixer {self.name}: torch.compile traced a call on {q.device} in {q.dtype} "
+                               f"before its path was planned",
+                               hint="call LanguageModel.plan_paths(device, autocast_dtype) before the first "
+                                    "compiled step (it runs one eager two-token forward)")
+            return choice
         choice = self.plan(q.device, q.dtype)
         self._record(q.device, choice)
         return choice
@@ -458,6 +468,7 @@ def _attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
 
 # --- recurrent implementations -----------------------------------------------------------------------
 
+REFERENCE_CHUNK = 64
 _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delta", "rwkv7": "rwkv7"}
 
 
@@ -467,5 +478,6 @@ def _recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, s
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
-    # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if key.decay_shape == "vector" else 64, **kwargs)
+    # 64: fla's chunk size; per-channel decay builds its (c, c, Dk) decay tensors within sub-chunks
+    # of 16 steps (seqdsl/reference/recurrent.py), so it no longer needs smaller chunks
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, **kwargs)
