@@ -1,13 +1,16 @@
 """Training throughput per spec family: tokens/s and MFU of full training steps, on this machine.
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
-                                     [--batch 8] [--steps 10] [--compile] [--out FILE.json]
+                                     [--batch 8] [--steps 10] [--compile [--fullgraph]]
+                                     [--path reference] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
 One step = forward + backward + AdamW update of the whole language model at the preset's size,
 bf16 autocast on CUDA (float32 on CPU), exactly the step `seqdsl train` runs (its loss module and
 optimizer). Tokens/s is the median over the timed steps after `--warmup` steps (which include
-any compilation). The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
+any compilation). `--path reference` forces every mixer onto its PyTorch reference (the chunked
+form for the recurrent family), to measure the reference where a fast kernel would be chosen.
+The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
 call, so MFU can be read against both the datasheet peak and what this GPU really does.
 
 MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
@@ -39,6 +42,7 @@ from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
+from seqdsl.lower.paths import FORCEABLE, set_path  # noqa: E402
 from seqdsl.train.optim import adamw  # noqa: E402
 from seqdsl.train.run import CausalLoss  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
@@ -54,17 +58,19 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
-               compile_blocks: bool) -> dict:
+               compile_blocks: bool, fullgraph: bool = False, path: str | None = None) -> dict:
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
+    set_path(lm, path)
+    amp = torch.bfloat16 if device.type == "cuda" else None
     if compile_blocks:
+        lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
         for block in lm.blocks:
-            block.compile()
+            block.compile(fullgraph=fullgraph)
     loss_fn = CausalLoss(lm)
     opt = adamw(lm, lr=1e-4, weight_decay=0.1)
-    amp = torch.bfloat16 if device.type == "cuda" else None
     x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)
     times, first = [], None
     for i in range(warmup + steps):
@@ -106,6 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="torch.compile each block")
+    p.add_argument("--fullgraph", action="store_true",
+                   help="with --compile: fullgraph=True, so a graph break fails the spec's row instead of "
+                        "running part of the block eagerly")
+    p.add_argument("--path", choices=FORCEABLE, default=None,
+                   help="force every mixer onto this path (default: the planner's choice)")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -122,14 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
-          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}; "
+          f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}"
+          f"{' (fullgraph)' if args.fullgraph else ''}, path {args.path or 'auto'}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
     print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
           flush=True)
     rows = []
     for name in args.specs.split(","):
         try:
-            row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile)
+            row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
+                              args.fullgraph, args.path)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
@@ -141,7 +154,8 @@ def main(argv: list[str] | None = None) -> int:
         # written after every row: a run stopped at a time limit keeps what it measured
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
-                                   "steps": args.steps, "compile": args.compile, "gemm_bf16_tflops": gemm,
+                                   "steps": args.steps, "compile": args.compile, "fullgraph": args.fullgraph,
+                                   "forced_path": args.path, "gemm_bf16_tflops": gemm,
                                    "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -207,11 +207,10 @@ class PathChooser:
             # Planning runs self-checks, times kernels and logs: none of that can be traced, so a
             # compiled forward only reads the plan an eager call made (LanguageModel.plan_paths).
             choice = self._plans.get((str(q.device), q.dtype))
-            if choice is None:
-                raise SeqError(f"mixer {self.name}: torch.compile traced a call on {q.device} in {q.dtype} "
-                               f"before its path was planned",
-                               hint="call LanguageModel.plan_paths(device, autocast_dtype) before the first "
-                                    "compiled step (it runs one eager two-token forward)")
+            if choice is None:  # a builtin exception: dynamo cannot trace SeqError's constructor
+                raise RuntimeError(f"mixer {self.name}: torch.compile traced a call on {q.device} in {q.dtype} "
+                                   f"before its path was planned; call LanguageModel.plan_paths(device, "
+                                   f"autocast_dtype) before the first compiled step")
             return choice
         choice = self.plan(q.device, q.dtype)
         self._record(q.device, choice)

@@ -128,6 +128,7 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
     torch.manual_seed(config.seed)
     lm = LanguageModel(model.program, model.spec).to(device)
     if config.compile:
+        lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
         for block in lm.blocks:  # per block, as torchtitan does: whole-LM compile fails on torch 2.11
             block.compile()
     optimizer = adamw(lm, lr=config.lr, weight_decay=config.weight_decay, betas=(config.beta1, config.beta2))
