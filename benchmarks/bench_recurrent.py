@@ -1,7 +1,8 @@
 """One recurrent layer's mixing (stage 3) on the PyTorch reference: eager vs torch.compile.
 
     python benchmarks/bench_recurrent.py [--specs mamba2,gla,...] [--preset 110m] [--seq 2048]
-                                         [--batch 8] [--repeats 5] [--recurrent] [--out FILE.json]
+                                         [--batch 8] [--repeats 5] [--recurrent] [--tf32]
+                                         [--out FILE.json]
     python benchmarks/bench_recurrent.py --smoke   # tiny sizes on CPU: checks the script runs
 
 Times forward + backward of exactly what the `reference.chunked` path runs
@@ -132,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--recurrent", action="store_true", help="also time the step-by-step definition")
+    p.add_argument("--tf32", action="store_true", help="let float32 matmuls use TF32 on CUDA")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 128, batch 2, on CPU")
     p.add_argument("--out", default=None)
@@ -140,13 +142,14 @@ def main(argv: list[str] | None = None) -> int:
         args.preset, args.seq, args.batch, args.repeats = "tiny", 128, 2, 1
         args.device = args.device or "cpu"
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     date = datetime.date.today().isoformat()
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
         f"bench_recurrent_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, B {args.batch}, T {args.seq}, "
-          f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}; forward + backward of one layer's mixing",
+          f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; forward + backward of one layer's mixing",
           flush=True)
     print(f"{'spec':<18} {'form':<16} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
     rows, failed = [], False
@@ -166,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         rows += new
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
-                                   "repeats": args.repeats, "rows": rows}, indent=2) + "\n")
+                                   "repeats": args.repeats, "tf32": args.tf32, "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
     return 1 if failed else 0
 

@@ -2,7 +2,7 @@
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
                                      [--batch 8] [--steps 10] [--compile [--fullgraph]]
-                                     [--path reference] [--out FILE.json]
+                                     [--path reference] [--tf32] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
 One step = forward + backward + AdamW update of the whole language model at the preset's size,
@@ -117,6 +117,9 @@ def main(argv: list[str] | None = None) -> int:
                         "running part of the block eagerly")
     p.add_argument("--path", choices=FORCEABLE, default=None,
                    help="force every mixer onto this path (default: the planner's choice)")
+    p.add_argument("--tf32", action="store_true",
+                   help="let float32 matmuls use TF32 (the recurrent reference computes in float32 under "
+                        "bf16 autocast); default: torch's, full float32")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -125,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.device = args.device or "cpu"
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)
@@ -134,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}"
-          f"{' (fullgraph)' if args.fullgraph else ''}, path {args.path or 'auto'}; "
+          f"{' (fullgraph)' if args.fullgraph else ''}, path {args.path or 'auto'}"
+          f"{', TF32' if args.tf32 else ''}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
     print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
           flush=True)
@@ -155,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
                                    "steps": args.steps, "compile": args.compile, "fullgraph": args.fullgraph,
-                                   "forced_path": args.path, "gemm_bf16_tflops": gemm,
+                                   "forced_path": args.path, "tf32": args.tf32, "gemm_bf16_tflops": gemm,
                                    "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -119,9 +119,11 @@ def _scores(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, *, strict: bool) -> Te
 
 
 def _vector_block(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, strict: bool) -> Tensor:
-    """`_scores` for per-channel decay through the whole (..., C, C, D) decay tensor."""
+    """`_scores` for per-channel decay through the whole (..., C, C, D) decay tensor. Written as a
+    product and a sum, not an einsum: torch.compile fuses it into one reduction that never stores
+    the (C, C, D) tensor (an einsum is lowered to a batched matmul of a materialised operand)."""
     decay = _exp_masked(gx.unsqueeze(-2) - gy.unsqueeze(-3), _causal(x.shape[-2], strict, x.device)[..., None])
-    return torch.einsum("...id,...jd,...ijd->...ij", x, y, decay)
+    return (x.unsqueeze(-2) * y.unsqueeze(-3) * decay).sum(-1)
 
 
 def _chunk_segment_sums(log_decay: Tensor) -> Tensor:
@@ -138,21 +140,26 @@ def _chunk_segment_sums(log_decay: Tensor) -> Tensor:
     return seg.masked_fill(~(m <= n)[..., None], float("-inf"))
 
 
+STATE_GROUP = 64  # chunks whose states are solved together in closed form (4096 steps at chunk 64)
+
+
 def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | None) -> Tensor:
     """The states entering every chunk and the final one: (..., N+1, Dk, Dv) from
     S_(n+1) = (diag(exp(log_decay_n)) + low_rank_n) S_n + b_n, S_0 = S0.
 
     log_decay (..., N, Dk or 1) the chunks' total log decays, b (..., N, Dk, Dv), S0 (..., Dk, Dv),
     low_rank (..., N, Dk, Dk) or None. Without the low-rank term (additive rules) the recurrence
-    is solved in closed form, one batched product over all chunks:
-    S_n = sum_{m <= n} exp(sum_{m <= p < n} l_p) b'_m with b' = (S0, b_0, ..., b_(N-1)).
-    With it (delta, rwkv7) one (Dk, Dk) x (Dk, Dv) product per chunk, in order."""
+    is solved in closed form, one batched product for STATE_GROUP chunks at a time (its weights
+    grow as the square of the chunks solved together); with it (delta, rwkv7) one
+    (Dk, Dk) x (Dk, Dv) product per chunk, in order."""
     if low_rank is None:
-        weights = _chunk_segment_sums(log_decay).exp()  # (..., N+1, N+1, Dk or 1)
-        inputs = torch.cat([S0.unsqueeze(-3), b], dim=-3)  # (..., N+1, Dk, Dv)
-        if weights.shape[-1] == 1:
-            return (weights.squeeze(-1) @ inputs.flatten(-2)).unflatten(-1, inputs.shape[-2:])
-        return torch.einsum("...nmk,...mkv->...nkv", weights, inputs)
+        states, S = [], S0
+        for start in range(0, b.shape[-3], STATE_GROUP):
+            group = _closed_form_states(log_decay[..., start:start + STATE_GROUP, :],
+                                        b[..., start:start + STATE_GROUP, :, :], S)
+            states.append(group[..., :-1, :, :])
+            S = group[..., -1, :, :]
+        return torch.cat([*states, S.unsqueeze(-3)], dim=-3)
     Dk = low_rank.shape[-1]
     decay = log_decay.exp().expand(*log_decay.shape[:-1], Dk)
     transition = low_rank + torch.diag_embed(decay)  # (..., N, Dk, Dk)
@@ -160,6 +167,16 @@ def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | No
     for n in range(b.shape[-3]):
         states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
     return torch.stack(states, dim=-3)
+
+
+def _closed_form_states(log_decay: Tensor, b: Tensor, S0: Tensor) -> Tensor:
+    """`_pass_states` without a low-rank term, all at once:
+    S_n = sum_{m <= n} exp(sum_{m <= p < n} l_p) b'_m with b' = (S0, b_0, ..., b_(N-1))."""
+    weights = _chunk_segment_sums(log_decay).exp()  # (..., N+1, N+1, Dk or 1)
+    inputs = torch.cat([S0.unsqueeze(-3), b], dim=-3)  # (..., N+1, Dk, Dv)
+    if weights.shape[-1] == 1:
+        return (weights.squeeze(-1) @ inputs.flatten(-2)).unflatten(-1, inputs.shape[-2:])
+    return torch.einsum("...nmk,...mkv->...nkv", weights, inputs)
 
 
 def _prepare(q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state):

@@ -19,6 +19,9 @@ from seqdsl.lower.lm import BlockState, LanguageModel
 from tests.spec_library import SPEC_FILES, spec_model
 
 RECURRENT = [p for p in SPEC_FILES if any(m.is_recurrent for m in seqdsl.load(p).program.mixers)]
+# one spec of every update rule and decay shape runs in the fast suite; the rest of the library
+# (ablations, ALiBi/RoPE variants, Based's Taylor features, the hybrid) is marked slow
+FAST = {"linear_attention", "mamba2", "gla", "rwkv6", "gated_deltanet", "rwkv7"}
 B, T = 2, 80
 BACKEND = "aot_eager_decomp_partition"
 
@@ -47,11 +50,13 @@ def step(block, x):
 
 def test_the_library_has_every_recurrent_family():
     names = {p.stem for p in RECURRENT}
+    assert FAST <= names
     assert {"linear_attention", "mamba", "mamba2", "retnet", "gla", "deltanet", "gated_deltanet", "rwkv6",
             "rwkv7", "based", "hybrid_mamba2_transformer"} <= names
 
 
-@pytest.mark.parametrize("path", RECURRENT, ids=[p.stem for p in RECURRENT])
+@pytest.mark.parametrize("path", [p if p.stem in FAST else pytest.param(p, marks=pytest.mark.slow)
+                                  for p in RECURRENT], ids=[p.stem for p in RECURRENT])
 def test_block_compiles_whole_and_once(path):
     torch.manual_seed(0)
     lm, blocks = blocks_of(path)

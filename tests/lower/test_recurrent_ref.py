@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from seqdsl.reference.features import feature_dim, feature_map
 from seqdsl.reference.recurrent import (
-    _pass_states, _scores, _sub_chunk, _vector_block, chunked_ref, parallel_ref, recurrent_ref)
+    STATE_GROUP, _pass_states, _scores, _sub_chunk, _vector_block, chunked_ref, parallel_ref, recurrent_ref)
 from tests.oracles.fla import fla_root
 
 F64 = torch.float64
@@ -323,14 +323,23 @@ def test_chunk_64_gradients_equal_recurrent(case):
             lambda L: run(recurrent_ref, case, L), x, FP64_TOL)
 
 
-@pytest.mark.parametrize("shape", [(3, 1), (3, 4)], ids=["scalar", "vector"])
+@pytest.mark.parametrize("case", ["mamba2", "rwkv6"])
+def test_chunked_across_state_groups_equals_recurrent(case):
+    # chunk 1 over 2 * STATE_GROUP + 5 steps: the closed-form states are solved in three groups
+    x = make_inputs(case, T=2 * STATE_GROUP + 5)
+    compare(lambda L: run(chunked_ref, case, L, chunk_size=1),
+            lambda L: run(recurrent_ref, case, L), x, FP64_TOL)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (3, 4), (2 * STATE_GROUP + 3, 1)], ids=["scalar", "vector", "groups"])
 @pytest.mark.parametrize("low_rank", [False, True])
 def test_state_passing_equals_chunk_by_chunk_loop(shape, low_rank):
-    # `_pass_states` solves S_(n+1) = (diag(exp l_n) + L_n) S_n + b_n in closed form when L = 0
+    # `_pass_states` solves S_(n+1) = (diag(exp l_n) + L_n) S_n + b_n in closed form when L = 0,
+    # STATE_GROUP chunks at a time ("groups": three groups, the last one partial)
     N, D = shape
     Dk, Dv = 4, 2
     gen = torch.Generator().manual_seed(N + D)
-    l = -3 * torch.rand(2, N, D, generator=gen, dtype=F64)
+    l = -3 * torch.rand(2, N, D, generator=gen, dtype=F64) / N  # keeps early states visible at the end
     b = torch.randn(2, N, Dk, Dv, generator=gen, dtype=F64)
     S = torch.randn(2, Dk, Dv, generator=gen, dtype=F64)
     L = 0.1 * torch.randn(2, N, Dk, Dk, generator=gen, dtype=F64) if low_rank else None
