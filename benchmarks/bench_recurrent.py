@@ -102,7 +102,8 @@ def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[fl
     return statistics.median(times), first, out
 
 
-def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device, recurrent: bool) -> list[dict]:
+def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device,
+               recurrent: bool) -> list[dict]:
     key = layer_key(name, preset)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     leaves = random_inputs(key, B, T, device, dtype)
@@ -149,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
         f"bench_recurrent_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, B {args.batch}, T {args.seq}, "
-          f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; forward + backward of one layer's mixing",
+          f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; "
+          f"forward + backward of one layer's mixing",
           flush=True)
     print(f"{'spec':<18} {'form':<16} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
     rows, failed = [], False

@@ -2,14 +2,15 @@
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
                                      [--batch 8] [--steps 10] [--compile [--fullgraph]]
-                                     [--path reference] [--tf32] [--out FILE.json]
+                                     [--reference-recurrent] [--tf32] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
 One step = forward + backward + AdamW update of the whole language model at the preset's size,
 bf16 autocast on CUDA (float32 on CPU), exactly the step `seqdsl train` runs (its loss module and
 optimizer). Tokens/s is the median over the timed steps after `--warmup` steps (which include
-any compilation). `--path reference` forces every mixer onto its PyTorch reference (the chunked
-form for the recurrent family), to measure the reference where a fast kernel would be chosen.
+any compilation). `--reference-recurrent` puts the recurrent mixers on their chunked PyTorch
+reference (`reference.chunked`), to measure it where a fast kernel would be chosen; softmax
+layers (a hybrid's) keep their planned path.
 The bf16 GEMM rate (an 8192^3 matmul, median of 10) is measured in the same
 call, so MFU can be read against both the datasheet peak and what this GPU really does.
 
@@ -42,7 +43,7 @@ from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
-from seqdsl.lower.paths import FORCEABLE, set_path  # noqa: E402
+from seqdsl.lower.paths import set_path  # noqa: E402
 from seqdsl.train.optim import adamw  # noqa: E402
 from seqdsl.train.run import CausalLoss  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
@@ -58,12 +59,15 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
-               compile_blocks: bool, fullgraph: bool = False, path: str | None = None) -> dict:
+               compile_blocks: bool, fullgraph: bool = False, reference_recurrent: bool = False) -> dict:
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
-    set_path(lm, path)
+    if reference_recurrent:
+        for block in lm.blocks:
+            if block.mixer.key.family == "recurrent":
+                set_path(block, "reference.chunked")
     amp = torch.bfloat16 if device.type == "cuda" else None
     if compile_blocks:
         lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
@@ -88,7 +92,9 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
         if i >= warmup:
             times.append(dt)
     tokens_per_s = batch * seq / statistics.median(times)
-    paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
+    # the paths the steps took (after any self-check), not the static plan
+    paths = sorted({plan.path for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
+                    if kind == device.type})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
             "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss.item(),
             "flops_per_token": training_flops_per_token(program, spec, seq)}
@@ -115,8 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--fullgraph", action="store_true",
                    help="with --compile: fullgraph=True, so a graph break fails the spec's row instead of "
                         "running part of the block eagerly")
-    p.add_argument("--path", choices=FORCEABLE, default=None,
-                   help="force every mixer onto this path (default: the planner's choice)")
+    p.add_argument("--reference-recurrent", action="store_true",
+                   help="recurrent mixers on their chunked PyTorch reference (default: the planner's choice)")
     p.add_argument("--tf32", action="store_true",
                    help="let float32 matmuls use TF32 (the recurrent reference computes in float32 under "
                         "bf16 autocast); default: torch's, full float32")
@@ -139,7 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}"
-          f"{' (fullgraph)' if args.fullgraph else ''}, path {args.path or 'auto'}"
+          f"{' (fullgraph)' if args.fullgraph else ''}, "
+          f"recurrent path {'reference.chunked' if args.reference_recurrent else 'auto'}"
           f"{', TF32' if args.tf32 else ''}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
     print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
@@ -148,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
-                              args.fullgraph, args.path)
+                              args.fullgraph, args.reference_recurrent)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
@@ -161,7 +168,8 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
                                    "steps": args.steps, "compile": args.compile, "fullgraph": args.fullgraph,
-                                   "forced_path": args.path, "tf32": args.tf32, "gemm_bf16_tflops": gemm,
+                                   "reference_recurrent": args.reference_recurrent, "tf32": args.tf32,
+                                   "gemm_bf16_tflops": gemm,
                                    "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":
             torch.cuda.empty_cache()

@@ -311,7 +311,8 @@ def test_sub_chunked_vector_scores_equal_the_whole_decay_tensor(C, strict):
     assert _sub_chunk(C) < C
     assert_near(ours, whole, FP64_TOL, "scores")
     w = torch.randn(ours.shape, generator=gen, dtype=F64)
-    for a, b in zip(torch.autograd.grad((ours * w).sum(), (x, y, g)), torch.autograd.grad((whole * w).sum(), (x, y, g))):
+    grads = torch.autograd.grad((ours * w).sum(), (x, y, g))
+    for a, b in zip(grads, torch.autograd.grad((whole * w).sum(), (x, y, g))):
         assert_near(a, b, FP64_TOL, "gradient")
 
 
