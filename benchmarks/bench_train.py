@@ -1,7 +1,8 @@
 """Training throughput per spec family: tokens/s and MFU of full training steps, on this machine.
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
-                                     [--batch 8] [--steps 10] [--compile [--cuda-graphs]] [--out FILE.json]
+                                     [--batch 8] [--steps 10] [--compile [--cuda-graphs]]
+                                     [--reference-recurrent] [--tf32] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
 One step = forward + backward + clipping + AdamW update of the whole language model at the
@@ -9,9 +10,11 @@ preset's size, bf16 autocast on CUDA (float32 on CPU): exactly the step `seqdsl 
 by the same code (seqdsl/train/step.py: the loss module, with --compile the compiled blocks and
 loss head, the step and its one read of the device; seqdsl/train/optim.py: the optimizer, fused
 AdamW on CUDA; `seqdsl train`'s default config). Tokens/s is the median over the timed steps after
-`--warmup` steps (which include any compilation). The bf16 GEMM rate (an 8192^3 matmul,
-`seqdsl.eval.gemm.measure_gemm_rate`) is measured in the same call, so MFU can be read against
-both the datasheet peak and what this GPU really does.
+`--warmup` steps (which include any compilation). `--reference-recurrent` puts the recurrent
+mixers on their chunked PyTorch reference (`reference.chunked`), to measure it where a fast kernel
+would be chosen; softmax layers (a hybrid's) keep their planned path. The bf16 GEMM rate (an
+8192^3 matmul, `seqdsl.eval.gemm.measure_gemm_rate`) is measured in the same call, so MFU can be
+read against both the datasheet peak and what this GPU really does.
 
 MFU needs the FLOPs per token of each mixer (a sparse mixer must not be credited with dense
 attention): they come from `seqdsl.ir.flops` through `seqdsl.train.throughput`. MFU is given
@@ -42,6 +45,7 @@ from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import mfu, peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
+from seqdsl.lower.paths import set_path  # noqa: E402
 from seqdsl.train.config import RunConfig  # noqa: E402
 from seqdsl.train.device import autocast_dtype, pick_device  # noqa: E402
 from seqdsl.train.optim import optimizer_for  # noqa: E402
@@ -59,16 +63,22 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
-               compile_blocks: bool, cuda_graphs: bool = False) -> dict:
+               compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False) -> dict:
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
+    if reference_recurrent:
+        for block in lm.blocks:
+            if block.mixer.key.family == "recurrent":
+                set_path(block, "reference.chunked")
     # seqdsl train's defaults: optimizer, clip, precision
     config = RunConfig(compile=compile_blocks, cuda_graphs=cuda_graphs)
+    amp = autocast_dtype(config.dtype, device)
+    if config.compile:
+        lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
     loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
     opt = optimizer_for(lm, config)
-    amp = autocast_dtype(config.dtype, device)
     x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)  # (B, T + 1)
     times, first = [], None
     for i in range(warmup + steps):
@@ -84,7 +94,9 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
         if i >= warmup:
             times.append(dt)
     tokens_per_s = batch * seq / statistics.median(times)
-    paths = sorted({f"{p}" for _, _, p, _ in lm.describe_paths(device)})
+    # the paths the steps took (after any self-check), not the static plan
+    paths = sorted({plan.path for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
+                    if kind == device.type})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
             "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss,
             "flops_per_token": training_flops_per_token(program, spec, seq)}
@@ -109,6 +121,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="torch.compile each block and the loss head")
     p.add_argument("--cuda-graphs", action="store_true", help="with --compile: replay them as CUDA graphs")
+    p.add_argument("--reference-recurrent", action="store_true",
+                   help="recurrent mixers on their chunked PyTorch reference (default: the planner's choice)")
+    p.add_argument("--tf32", action="store_true",
+                   help="let float32 matmuls use TF32 (the recurrent reference computes in float32 under "
+                        "bf16 autocast); default: torch's, full float32")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -117,6 +134,8 @@ def main(argv: list[str] | None = None) -> int:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.device = args.device or "cpu"
     device = pick_device(args.device or "auto")
+    if args.tf32:
+        torch.backends.cuda.matmul.allow_tf32 = True
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)
@@ -126,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}, "
-          f"CUDA graphs {args.cuda_graphs}; "
+          f"CUDA graphs {args.cuda_graphs}, "
+          f"recurrent path {'reference.chunked' if args.reference_recurrent else 'auto'}"
+          f"{', TF32' if args.tf32 else ''}; "
           f"bf16 GEMM {f'{gemm:.0f} TFLOP/s' if gemm else 'n/a'}", flush=True)
     print(f"{'spec':<20} {'tokens/s':>12} {'MFU vs GEMM':>12} {'MFU vs sheet':>13} {'first step s':>13}  paths",
           flush=True)
@@ -134,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
-                             args.cuda_graphs)
+                             args.cuda_graphs, args.reference_recurrent)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
@@ -147,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
                                    "steps": args.steps, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
+                                   "reference_recurrent": args.reference_recurrent, "tf32": args.tf32,
                                    "gemm_bf16_tflops": gemm,
                                    "datasheet_bf16_flops": peak, "rows": rows}, indent=2) + "\n")
         if device.type == "cuda":

@@ -198,6 +198,17 @@ class LanguageModel(nn.Module):
             logits, state = self(nxt, state)
         return torch.cat(out, dim=1)
 
+    @torch.no_grad()
+    def plan_paths(self, device: torch.device | str, autocast_dtype: torch.dtype | None = None) -> None:
+        """Plan every mixer's path for `device` with one eager two-token forward (under autocast to
+        `autocast_dtype` when given, as training runs), so that a `torch.compile`d forward finds its
+        plans made: planning runs self-checks, times kernels and logs, which cannot be traced
+        (a compiled call with no plan raises). Zeros as tokens: no random number is drawn."""
+        device = torch.device(device)
+        tokens = torch.zeros(1, 2, dtype=torch.long, device=device)
+        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            self(tokens)
+
     def describe_paths(self, device: torch.device | str) -> list[tuple[int, str, str, str]]:
         """[(layer, mixer name, path, reason)] this model takes on `device`."""
         rows = []

@@ -241,6 +241,15 @@ class PathChooser:
             log.info("mixer %s on %s: %s (%s)", self.name, device.type, *choice)
 
     def _plan_call(self, q: Tensor) -> Plan:
+        if torch.compiler.is_compiling():
+            # Planning runs self-checks, times kernels and logs: none of that can be traced, so a
+            # compiled forward only reads the plan an eager call made (LanguageModel.plan_paths).
+            choice = self._plans.get((str(q.device), q.dtype))
+            if choice is None:  # a builtin exception: dynamo cannot trace SeqError's constructor
+                raise RuntimeError(f"mixer {self.name}: torch.compile traced a call on {q.device} in {q.dtype} "
+                                   f"before its path was planned; call LanguageModel.plan_paths(device, "
+                                   f"autocast_dtype) before the first compiled step")
+            return choice
         choice = self.plan(q.device, q.dtype)
         self._record(q.device, choice)
         return choice
@@ -551,6 +560,7 @@ def _attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
 
 # --- recurrent implementations -----------------------------------------------------------------------
 
+REFERENCE_CHUNK = 64
 _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delta", "rwkv7": "rwkv7"}
 
 
@@ -563,6 +573,6 @@ def _recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, s
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
-    # a per-channel decay costs (C, C, Dk) per chunk: small chunks are several times faster on CPU
-    per_channel = key.decay_shape in ("vector", "selective")
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=16 if per_channel else 64, **kwargs)
+    # 64: fla's chunk size; per-channel decay builds its (c, c, Dk) decay tensors within sub-chunks
+    # of 16 steps (seqdsl/reference/recurrent.py), so it no longer needs smaller chunks
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, **kwargs)

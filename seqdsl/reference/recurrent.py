@@ -43,17 +43,22 @@ and the write scaled by the step, S_t = decay_t S_(t-1) + dt_t k_t v_t^T, Mamba'
 input dt B x: `selective_to_additive` gives the three forms below those inputs.
 
 Forms: `recurrent_ref` is the step-by-step loop, the definition. `chunked_ref` splits time into
-chunks of C steps: inside a chunk everything is a decay-masked (C, C) matrix product, across
-chunks only the state travels (the delta and rwkv7 rules first solve a unit-triangular system per
-chunk: the WY / UT transform of the DeltaNet paper). `parallel_ref` (rule (1) only) is the
-quadratic form o = (Q K^T . D) V. All three take an initial state and return the final one, so
-running two halves with the state carried equals running the whole.
+chunks of C steps: inside a chunk everything is a decay-masked (C, C) matrix product, computed for
+all chunks at once (the delta and rwkv7 rules first solve a unit-triangular system per chunk: the
+WY / UT transform of the DeltaNet paper); across chunks only the state travels, in closed form
+for the additive rules and one (Dk, Dk) product per chunk for the delta rules. It is the training
+path where no fast kernel runs, written so that `torch.compile` traces it whole (no data-dependent
+control flow, no per-step Python loop). `parallel_ref` (rule (1) only) is the quadratic form
+o = (Q K^T . D) V. All three take an initial state and return the final one, so running two
+halves with the state carried equals running the whole.
 
-Numerics: every exp below is taken of a sum of log decays (each <= 0) over a run of steps,
-so every exponent is <= 0 and nothing overflows, whatever the sequence length. (Folding decays
-into q * exp(G) and k * exp(-G) would overflow once the cumulative log decay passes the dtype's
-exp range: ~88 in float32, ~709 in float64.) The price is a (C, C, Dk) tensor per chunk for
-vector decay, (T, T, Dk) in `parallel_ref`: these are oracles, not fast paths.
+Numerics: every exp below is taken of a sum of log decays (each <= 0) over a run of steps, or of
+the difference of two cumulative sums along one chunk taken so that the later one is subtracted
+from the earlier, so every exponent is <= 0 and nothing overflows, whatever the sequence length.
+(Folding decays into q * exp(G) and k * exp(-G) would overflow once the cumulative log decay
+passes the dtype's exp range: ~88 in float32, ~709 in float64.) For vector decay the price is a
+(c, c, Dk) tensor per sub-chunk of c = 16 steps in `chunked_ref` (a (C, C) matmul across
+sub-chunks, split at their boundary), and (T, T, Dk) in `parallel_ref`, an oracle only.
 """
 
 from __future__ import annotations
@@ -67,21 +72,117 @@ UpdateKind = Literal["additive", "delta", "rwkv7"]
 UPDATES: tuple[str, ...] = ("additive", "delta", "rwkv7")
 
 
+SUB_CHUNK = 16  # per-channel decay: the (c, c, Dk) decay tensor is built within sub-chunks of c steps
+
+
+def _exp_masked(exponent: Tensor, keep: Tensor) -> Tensor:
+    """exp(exponent) where `keep`, else 0. The mask is applied to the exponent (-inf) before exp,
+    so excluded entries, whose exponent may be positive and huge, never reach exp: no overflow,
+    and no inf * 0 = NaN in the backward pass."""
+    return exponent.masked_fill(~keep, float("-inf")).exp()
+
+
+def _causal(C: int, strict: bool, device: torch.device) -> Tensor:
+    """(C, C) boolean: j <= i (j < i if strict)."""
+    i = torch.arange(C, device=device)[:, None]
+    j = torch.arange(C, device=device)[None, :]
+    return j < i if strict else j <= i
+
+
+def _sub_chunk(C: int) -> int:
+    """The largest divisor of C that is at most SUB_CHUNK."""
+    return max(d for d in range(1, min(C, SUB_CHUNK) + 1) if C % d == 0)
+
+
 def _scores(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, *, strict: bool) -> Tensor:
     """A[..., i, j] = sum_d x_id y_jd exp(gx_id - gy_jd) for j <= i (j < i if strict), else 0.
 
-    x, y (..., C, D); gx, gy (..., C, D) or (..., C, 1) cumulative log decays. The mask is applied
-    to the exponent (-inf) before exp, so the excluded entries, whose exponent may be positive and
-    huge, never reach exp: no overflow, and no inf * 0 = NaN in the backward pass."""
+    x, y (..., C, D); gx, gy (..., C, D) or (..., C, 1): cumulative log decays along the chunk,
+    gy = G (up to and including step j) and gx = G or G - g (up to i or i - 1), so that
+    gx_i <= gy_b <= gy_j whenever j <= b < i: every exponent below is <= 0."""
     C = x.shape[-2]
-    i = torch.arange(C, device=x.device)[:, None]
-    j = torch.arange(C, device=x.device)[None, :]
-    keep = j < i if strict else j <= i
-    diff = gx.unsqueeze(-2) - gy.unsqueeze(-3)  # (..., i, j, D or 1)
-    decay = diff.masked_fill(~keep[..., None], float("-inf")).exp()
-    if decay.shape[-1] == 1:  # scalar decay factors out of the dot product
-        return (x @ y.transpose(-1, -2)) * decay.squeeze(-1)
-    return torch.einsum("...id,...jd,...ijd->...ij", x, y, decay)
+    if gx.shape[-1] == 1:  # scalar decay factors out of the dot product: one (C, C) matrix
+        return (x @ y.transpose(-1, -2)) * _exp_masked(gx - gy.transpose(-1, -2), _causal(C, strict, x.device))
+    c = _sub_chunk(C)
+    if c == C:
+        return _vector_block(x, y, gx, gy, strict)
+    # Per-channel decay in sub-chunks of c steps (fla's secondary chunking in `chunk_gla`): the
+    # (c, c, D) decay tensor only within each sub-chunk I (the diagonal blocks); a key j in an
+    # earlier sub-chunk reaches query i through R_I = gy at the last step before sub-chunk I,
+    # exp(gx_i - gy_j) = exp(gx_i - R_I) exp(R_I - gy_j), both exponents <= 0 (j < I c <= i),
+    # so those blocks are one matmul. Memory per chunk: (C c + C^2 / c) D instead of C^2 D.
+    n = C // c
+    blocks = lambda t: t.unflatten(-2, (n, c))  # (..., C, D) -> (..., n, c, D)
+    diag = _vector_block(blocks(x), blocks(y), blocks(gx), blocks(gy), strict)  # (..., n, c, c)
+    last = gy[..., c - 1::c, :]  # (..., n, D): gy at the last step of each sub-chunk
+    R = torch.cat([torch.zeros_like(last[..., :1, :]), last[..., :-1, :]], dim=-2)  # R_0 = 0: no keys before
+    x_side = blocks(x) * (blocks(gx) - R.unsqueeze(-2)).exp()  # (..., n, c, D)
+    before = (torch.arange(C, device=x.device)[None, :] < c * torch.arange(n, device=x.device)[:, None])
+    y_side = y.unsqueeze(-3) * _exp_masked(R.unsqueeze(-2) - gy.unsqueeze(-3), before[..., None])  # (..., n, C, D)
+    off = (x_side @ y_side.transpose(-1, -2)).unflatten(-1, (n, c))  # (..., n, c, n, c), zero for J >= I
+    eye = torch.eye(n, dtype=x.dtype, device=x.device)[:, None, :, None]  # places block I at column block I
+    return (off + diag.unsqueeze(-2) * eye).flatten(-2).flatten(-3, -2)
+
+
+def _vector_block(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, strict: bool) -> Tensor:
+    """`_scores` for per-channel decay through the whole (..., C, C, D) decay tensor. Written as a
+    product and a sum, not an einsum: torch.compile fuses it into one reduction that never stores
+    the (C, C, D) tensor (an einsum is lowered to a batched matmul of a materialised operand)."""
+    decay = _exp_masked(gx.unsqueeze(-2) - gy.unsqueeze(-3), _causal(x.shape[-2], strict, x.device)[..., None])
+    return (x.unsqueeze(-2) * y.unsqueeze(-3) * decay).sum(-1)
+
+
+def _chunk_segment_sums(log_decay: Tensor) -> Tensor:
+    """(..., N, D) per-chunk log decays -> (..., N+1, N+1, D) with [n, m] = sum_{m <= p < n} l_p
+    for m <= n and -inf above the diagonal. Each entry is summed from its own terms (all <= 0),
+    not taken as a difference of running sums, which would cancel over long sequences."""
+    N = log_decay.shape[-2]
+    p = torch.arange(N, device=log_decay.device)[:, None]
+    m = torch.arange(N + 1, device=log_decay.device)[None, :]
+    terms = log_decay.unsqueeze(-2).expand(*log_decay.shape[:-1], N + 1, log_decay.shape[-1])
+    partial = terms.masked_fill(~(p >= m)[..., None], 0.0).cumsum(-3)  # [p, m] = sum_{m <= p' <= p}
+    seg = torch.cat([torch.zeros_like(partial[..., :1, :, :]), partial], dim=-3)  # [n, m]: p' < n
+    n = torch.arange(N + 1, device=log_decay.device)[:, None]
+    return seg.masked_fill(~(m <= n)[..., None], float("-inf"))
+
+
+STATE_GROUP = 64  # chunks whose states are solved together in closed form (4096 steps at chunk 64)
+
+
+def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | None) -> Tensor:
+    """The states entering every chunk and the final one: (..., N+1, Dk, Dv) from
+    S_(n+1) = (diag(exp(log_decay_n)) + low_rank_n) S_n + b_n, S_0 = S0.
+
+    log_decay (..., N, Dk or 1) the chunks' total log decays, b (..., N, Dk, Dv), S0 (..., Dk, Dv),
+    low_rank (..., N, Dk, Dk) or None. Without the low-rank term (additive rules) the recurrence
+    is solved in closed form, one batched product for STATE_GROUP chunks at a time (its weights
+    grow as the square of the chunks solved together); with it (delta, rwkv7) one
+    (Dk, Dk) x (Dk, Dv) product per chunk, in order."""
+    if low_rank is None:
+        states, S = [], S0
+        for start in range(0, b.shape[-3], STATE_GROUP):
+            group = _closed_form_states(log_decay[..., start:start + STATE_GROUP, :],
+                                        b[..., start:start + STATE_GROUP, :, :], S)
+            states.append(group[..., :-1, :, :])
+            S = group[..., -1, :, :]
+        return torch.cat([*states, S.unsqueeze(-3)], dim=-3)
+    Dk = low_rank.shape[-1]
+    decay = log_decay.exp().expand(*log_decay.shape[:-1], Dk)
+    transition = low_rank + torch.diag_embed(decay)  # (..., N, Dk, Dk)
+    states = [S0]
+    for n in range(b.shape[-3]):
+        states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
+    return torch.stack(states, dim=-3)
+
+
+def _closed_form_states(log_decay: Tensor, b: Tensor, S0: Tensor) -> Tensor:
+    """`_pass_states` without a low-rank term, all at once:
+    S_n = sum_{m <= n} exp(sum_{m <= p < n} l_p) b'_m with b' = (S0, b_0, ..., b_(N-1))."""
+    weights = _chunk_segment_sums(log_decay).exp()  # (..., N+1, N+1, Dk or 1)
+    inputs = torch.cat([S0.unsqueeze(-3), b], dim=-3)  # (..., N+1, Dk, Dv)
+    if weights.shape[-1] == 1:
+        return (weights.squeeze(-1) @ inputs.flatten(-2)).unflatten(-1, inputs.shape[-2:])
+    return torch.einsum("...nmk,...mkv->...nkv", weights, inputs)
 
 
 def _prepare(q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state):
@@ -193,15 +294,19 @@ def chunked_ref(
     """Chunk-parallel form of `recurrent_ref`, same arguments and results; any chunk_size >= 1.
 
     Within chunk n, with G_i = sum of log decays of the chunk's steps up to and including i and
-    Gx_i = G_i - g_i (up to i - 1), S0 the state entering the chunk:
-      (C1) intra-chunk scores, all chunks at once: A_ij = q_i . (k_j * exp(G_i - G_j)), j <= i;
-      (C2) delta / rwkv7: the values actually written, u = U0 -/+ W S0, from one unit-triangular
-           solve per chunk (the WY / UT transform);
-      (C3) o = (q * exp(G)) S0 + A v  (+ the rule's u terms);
-      (C4) S_next = exp(G_last) S0 + (k * exp(G_last - G))^T v  (+ the rule's u terms)."""
+    Gx_i = G_i - g_i (up to i - 1), S_n the state entering the chunk:
+      (C1) intra-chunk scores, all chunks at once: A_ij = q_i . (k_j * exp(G_i - G_j)), j <= i
+           (per-channel decay: in sub-chunks of SUB_CHUNK steps, see `_scores`);
+      (C2) delta / rwkv7: the values actually written, u = U0 -/+ W S_n, from one unit-triangular
+           solve per chunk (the WY / UT transform), all chunks at once;
+      (C3) every chunk is then affine in its entering state: o = Q S_n + O and
+           S_(n+1) = (exp(G_last) + L) S_n + b, with Q, O, L, b computed for all chunks at once;
+      (C4) the states S_n: in closed form for the additive rules, one (Dk, Dk) product per chunk
+           for the delta rules (`_pass_states`); then every output at once.
+    No step of the sequence is taken one at a time, and nothing (T, T)-sized is built."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
-    q, k, v, g, beta, read, write, S = _prepare(
+    q, k, v, g, beta, read, write, S0 = _prepare(
         q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state)
     B, H, T, _ = q.shape
     C = chunk_size
@@ -214,7 +319,7 @@ def chunked_ref(
     G = g.cumsum(-2)
     Gx = G - g
     G_last = G[..., -1:, :]  # (B, H, N, 1, Dk or 1)
-    k_out = k * (G_last - G).exp()  # k_j's path to the end of its chunk
+    k_out = (k * (G_last - G).exp()).transpose(-1, -2)  # (B, H, N, Dk, C): k_j's path to the chunk's end
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
 
     # (C1) intra-chunk scores, and the query's view of the chunk's initial state.
@@ -225,41 +330,34 @@ def chunked_ref(
         own = (q * bonus[:, None, None, :] * k).sum(-1)  # (B, H, N, C)
         A_qk, q_in = _scores(q, k, Gx, G, strict=True) + torch.diag_embed(own), q * Gx.exp()
 
-    # (C2) the written values. delta: u_t = beta_t (v_t - k_t^T S'_t); expanding S'_t over the
-    # chunk gives (I + A) u = beta (v - (k * exp(G)) S0), A_tj = beta_t k_t . (k_j exp(G_t - G_j))
-    # for j < t. rwkv7: u_t = read_t^T S_(t-1) gives (I - A_rw) u = A_rk v + (read * exp(Gx)) S0.
-    # Solving once for U0 and W (S0 enters linearly) leaves only u = U0 -/+ W S0 per chunk.
-    if update == "delta":
+    # (C2, C3) the written values and each chunk's affine map. delta: u_t = beta_t (v_t - k_t^T S'_t);
+    # expanding S'_t over the chunk gives (I + A) u = beta (v - (k * exp(G)) S0), A_tj = beta_t k_t .
+    # (k_j exp(G_t - G_j)) for j < t. rwkv7: u_t = read_t^T S_(t-1) gives (I - A_rw) u = A_rk v +
+    # (read * exp(Gx)) S0. Solving once for U0 and W (S0 enters linearly) leaves u = U0 -/+ W S_n.
+    low_rank = None  # the state-dependent part of the transition besides the decay
+    if update == "additive":
+        Q, O, b = q_in, A_qk @ v, k_out @ v
+    elif update == "delta":
         lhs = eye + beta * _scores(k, k, G, G, strict=True)
         U0 = torch.linalg.solve_triangular(lhs, beta * v, upper=False, unitriangular=True)
         W = torch.linalg.solve_triangular(lhs, beta * k * G.exp(), upper=False, unitriangular=True)
-    elif update == "rwkv7":
+        # o = q_in S + A_qk (U0 - W S);  S' = exp(G_last) S + k_out (U0 - W S)
+        Q, O, b, low_rank = q_in - A_qk @ W, A_qk @ U0, k_out @ U0, -(k_out @ W)
+    else:
         lhs = eye - _scores(read, write, Gx, G, strict=True)
         A_rk = _scores(read, k, Gx, G, strict=True)
         U0 = torch.linalg.solve_triangular(lhs, A_rk @ v, upper=False, unitriangular=True)
         W = torch.linalg.solve_triangular(lhs, read * Gx.exp(), upper=False, unitriangular=True)
         A_qw = _scores(q, write, G, G, strict=False)
-        write_out = write * (G_last - G).exp()
+        write_out = (write * (G_last - G).exp()).transpose(-1, -2)  # (B, H, N, Dk, C)
+        # o = q_in S + A_qk v + A_qw (U0 + W S);  S' = exp(G_last) S + k_out v + write_out (U0 + W S)
+        Q, O = q_in + A_qw @ W, A_qk @ v + A_qw @ U0
+        b, low_rank = k_out @ v + write_out @ U0, write_out @ W
 
-    # (C3, C4) inter-chunk: only the state travels from chunk to chunk.
-    outs = []
-    for n in range(N):
-        decay_n = G_last[:, :, n].exp().transpose(-1, -2)  # (B, H, Dk or 1, 1)
-        inter = q_in[:, :, n] @ S
-        if update == "additive":
-            outs.append(inter + A_qk[:, :, n] @ v[:, :, n])
-            S = decay_n * S + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
-        elif update == "delta":
-            u = U0[:, :, n] - W[:, :, n] @ S
-            outs.append(inter + A_qk[:, :, n] @ u)
-            S = decay_n * S + k_out[:, :, n].transpose(-1, -2) @ u
-        else:
-            u = U0[:, :, n] + W[:, :, n] @ S
-            outs.append(inter + A_qk[:, :, n] @ v[:, :, n] + A_qw[:, :, n] @ u)
-            S = (decay_n * S + k_out[:, :, n].transpose(-1, -2) @ v[:, :, n]
-                 + write_out[:, :, n].transpose(-1, -2) @ u)
-    o = torch.stack(outs, dim=2).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
-    return o.transpose(1, 2), S
+    # (C4) only the state travels from chunk to chunk; then every chunk's output at once.
+    states = _pass_states(G_last.squeeze(-2), b, S0, low_rank)  # (B, H, N+1, Dk, Dv)
+    o = (Q @ states[:, :, :N] + O).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
+    return o.transpose(1, 2), states[:, :, N]
 
 
 def parallel_ref(

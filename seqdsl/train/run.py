@@ -91,6 +91,8 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
 
     torch.manual_seed(config.seed)
     lm = LanguageModel(model.program, model.spec).to(device)
+    if config.compile:
+        lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
     loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
     # the data-parallel wrapping point (before the optimizer: FSDP2 replaces the parameters)
     parallel = distributed.wrap_model(lm, loss_fn, d, config.parallel, device, amp)

@@ -20,12 +20,14 @@ def _inputs(T: int, H: int = 2, K: int = 8, V: int = 8) -> RecurrentInputs:
 
 
 class _Recorder:
-    what = "stand-in"
+    @staticmethod
+    def what(op):
+        return "stand-in"
 
     def __init__(self):
         self.calls = []
 
-    def run(self, key, path, m, S):
+    def run(self, key, path, m, S, *, step_checked=False):
         self.calls.append(path)
         return m.v, S
 
@@ -41,8 +43,9 @@ def test_a_recurrent_call_runs_the_runtime_of_the_planned_backend(monkeypatch):
     assert chooser.describe()["cpu"] == Plan("fla.chunk_simple_gla", "planned")
 
 
-def test_the_mamba_runtime_runs_a_decoding_step_on_the_reference_step():
-    """The SSD kernels take chunks: one token runs recurrent_ref, here with no mamba-ssm."""
+def test_the_mamba_runtime_runs_an_unchecked_decoding_step_on_the_reference_step():
+    """The SSD kernels take chunks: one token runs recurrent_ref unless the state-update kernel
+    passed its self-check (here: no mamba-ssm, so it never ran)."""
     key = _library_key("mamba2")
     m = _inputs(1)
     S = torch.randn(1, 2, 8, 8, dtype=torch.float64)

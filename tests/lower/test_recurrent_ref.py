@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from seqdsl.reference.features import feature_dim, feature_map
-from seqdsl.reference.recurrent import chunked_ref, parallel_ref, recurrent_ref
+from seqdsl.reference.recurrent import (
+    STATE_GROUP, _pass_states, _scores, _sub_chunk, _vector_block, chunked_ref, parallel_ref, recurrent_ref)
 from tests.oracles.fla import fla_root
 
 F64 = torch.float64
@@ -293,6 +294,63 @@ def test_parallel_equals_recurrent(case, T):
     x = make_inputs(case, T=T)
     compare(lambda L: run(parallel_ref, case, L), lambda L: run(recurrent_ref, case, L), x,
             FP64_TOL)
+
+
+@pytest.mark.parametrize("C", [64, 48, 30, 17])  # sub-chunks of 16, 16, 15 and 1 steps
+@pytest.mark.parametrize("strict", [False, True])
+def test_sub_chunked_vector_scores_equal_the_whole_decay_tensor(C, strict):
+    # `_scores` builds per-channel decays within sub-chunks and splits them at the sub-chunk
+    # boundary across sub-chunks; `_vector_block` builds the whole (C, C, Dk) tensor.
+    gen = torch.Generator().manual_seed(C)
+    x, y = (torch.randn(2, 3, C, 5, generator=gen, dtype=F64, requires_grad=True) for _ in range(2))
+    g = F.logsigmoid(2 * torch.randn(2, 3, C, 5, generator=gen, dtype=F64) + 1).requires_grad_()
+    G = g.cumsum(-2)
+    gx = G - g if strict else G  # the two pairings chunked_ref uses: (G - g, G) and (G, G)
+    ours = _scores(x, y, gx, G, strict=strict)
+    whole = _vector_block(x, y, gx, G, strict)
+    assert _sub_chunk(C) < C
+    assert_near(ours, whole, FP64_TOL, "scores")
+    w = torch.randn(ours.shape, generator=gen, dtype=F64)
+    grads = torch.autograd.grad((ours * w).sum(), (x, y, g))
+    for a, b in zip(grads, torch.autograd.grad((whole * w).sum(), (x, y, g))):
+        assert_near(a, b, FP64_TOL, "gradient")
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_chunk_64_gradients_equal_recurrent(case):
+    # chunk 64 over 100 steps: one full chunk (four sub-chunks for per-channel decay) and a padded one
+    x = make_inputs(case, T=100)
+    compare(lambda L: run(chunked_ref, case, L, chunk_size=64),
+            lambda L: run(recurrent_ref, case, L), x, FP64_TOL)
+
+
+@pytest.mark.parametrize("case", ["mamba2", "rwkv6"])
+def test_chunked_across_state_groups_equals_recurrent(case):
+    # chunk 1 over 2 * STATE_GROUP + 5 steps: the closed-form states are solved in three groups
+    x = make_inputs(case, T=2 * STATE_GROUP + 5)
+    compare(lambda L: run(chunked_ref, case, L, chunk_size=1),
+            lambda L: run(recurrent_ref, case, L), x, FP64_TOL)
+
+
+@pytest.mark.parametrize("shape", [(3, 1), (3, 4), (2 * STATE_GROUP + 3, 1)], ids=["scalar", "vector", "groups"])
+@pytest.mark.parametrize("low_rank", [False, True])
+def test_state_passing_equals_chunk_by_chunk_loop(shape, low_rank):
+    # `_pass_states` solves S_(n+1) = (diag(exp l_n) + L_n) S_n + b_n in closed form when L = 0,
+    # STATE_GROUP chunks at a time ("groups": three groups, the last one partial)
+    N, D = shape
+    Dk, Dv = 4, 2
+    gen = torch.Generator().manual_seed(N + D)
+    l = -3 * torch.rand(2, N, D, generator=gen, dtype=F64) / N  # keeps early states visible at the end
+    b = torch.randn(2, N, Dk, Dv, generator=gen, dtype=F64)
+    S = torch.randn(2, Dk, Dv, generator=gen, dtype=F64)
+    L = 0.1 * torch.randn(2, N, Dk, Dk, generator=gen, dtype=F64) if low_rank else None
+    states = _pass_states(l, b, S, L)
+    expected = [S]
+    for n in range(N):
+        decayed = l[:, n].exp()[..., None] * S
+        S = decayed + (0 if L is None else L[:, n] @ S) + b[:, n]
+        expected.append(S)
+    assert_near(states, torch.stack(expected, dim=1), FP64_TOL, "states")
 
 
 def test_strong_decay_does_not_overflow():

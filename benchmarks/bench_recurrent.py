@@ -1,0 +1,180 @@
+"""One recurrent layer's mixing (stage 3) on the PyTorch reference: eager vs torch.compile.
+
+    python benchmarks/bench_recurrent.py [--specs mamba2,gla,...] [--preset 110m] [--seq 2048]
+                                         [--batch 8] [--repeats 5] [--recurrent] [--tf32]
+                                         [--out FILE.json]
+    python benchmarks/bench_recurrent.py --smoke   # tiny sizes on CPU: checks the script runs
+
+Times forward + backward of exactly what the `reference.chunked` path runs
+(`seqdsl.lower.paths._recurrent_reference`: the chunked form, in float32) on random inputs
+shaped like each spec's mixer at the preset (its kernel key: heads, feature and value widths, decay
+shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
+
+    chunked          eager
+    chunked+compile  torch.compile(fullgraph=True) of the same function (first call = compilation)
+    recurrent        the step-by-step definition, eager (only with --recurrent: T sequential steps)
+
+Reported: median milliseconds over `--repeats` runs after two warm-ups, the layer's tokens/s, the
+first call's seconds (compilation for the compiled form), and the compiled form's largest output
+difference from eager relative to the output's largest entry. Prints a table and writes JSON
+(default benchmarks/results/bench_recurrent_<device>_<date>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+import seqdsl  # noqa: E402
+from seqdsl.ir.key import KernelKey, kernel_key  # noqa: E402
+from seqdsl.ir.presets import model_at  # noqa: E402
+from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference  # noqa: E402
+
+SPECS = ROOT / "specs"
+DEFAULT = "linear_attention,mamba2,retnet,gla,rwkv6,deltanet,gated_deltanet,rwkv7,based"
+
+
+def layer_key(name: str, preset: str) -> KernelKey:
+    """The kernel key of the spec's (first) mixer at the preset's width."""
+    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
+    mixer = resized.program.mixer(resized.model.mixer[0])
+    return kernel_key(mixer, resized.model.d_model)
+
+
+def random_inputs(key: KernelKey, B: int, T: int, device: torch.device, dtype: torch.dtype) -> dict:
+    """Leaves in the ranges the lowering produces: unit keys for the delta rules, per-step decays
+    of about 0.9 to 1 (what the initialisations give, docs/lowering.md), gates in (0, 1)."""
+    g = torch.Generator().manual_seed(0)
+    H, Fd, V = key.heads, key.feature_dim, key.value_cols
+    rnd = lambda *shape: torch.randn(*shape, generator=g)
+    x = {"q": rnd(B, T, H, Fd) * key.scale, "k": rnd(B, T, H, Fd), "v": rnd(B, T, H, V)}
+    if key.update in ("delta", "rwkv7"):
+        x["k"] = F.normalize(x["k"], dim=-1)
+    if key.decay_shape == "scalar":
+        x["log_decay"] = -0.1 * torch.rand(B, T, H, generator=g)
+    elif key.decay_shape == "vector":
+        x["log_decay"] = -0.1 * torch.rand(B, T, H, Fd, generator=g)
+    if key.update == "delta":
+        x["beta"] = torch.rand(B, T, H, generator=g)
+    elif key.update == "rwkv7":
+        x["a"], x["kappa"] = torch.rand(B, T, H, Fd, generator=g), F.normalize(rnd(B, T, H, Fd), dim=-1)
+    elif key.update == "bonus":
+        x["bonus"] = 0.1 * rnd(H, Fd)
+    return {n: t.to(device=device, dtype=dtype if n != "bonus" else torch.float32).requires_grad_()
+            for n, t in x.items()}
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[float, float, torch.Tensor]:
+    """(median ms of forward + backward, first call s, output) of run(RecurrentInputs)."""
+    weight = None
+    times, first, out = [], 0.0, None
+    for i in range(2 + repeats):
+        for t in leaves.values():
+            t.grad = None
+        _sync(device)
+        t0 = time.perf_counter()
+        o, S = run(RecurrentInputs(**leaves))
+        weight = torch.randn_like(o, dtype=torch.float32) if weight is None else weight
+        ((o.float() * weight).sum() + S.float().sum()).backward()
+        _sync(device)
+        dt = time.perf_counter() - t0
+        if i == 0:
+            first, out = dt, o.detach().float()
+        elif i >= 2:
+            times.append(dt * 1e3)
+    return statistics.median(times), first, out
+
+
+def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device,
+               recurrent: bool) -> list[dict]:
+    key = layer_key(name, preset)
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    leaves = random_inputs(key, B, T, device, dtype)
+    chunked = lambda m: _recurrent_reference(key, m, None, False)
+    forms = {"chunked": chunked, "chunked+compile": torch.compile(chunked, fullgraph=True, dynamic=False)}
+    if recurrent:
+        forms["recurrent"] = lambda m: _recurrent_reference(key, m, None, True)
+    shape = (f"H {key.heads} K {key.feature_dim} V {key.value_cols} decay {key.decay_shape} "
+             f"update {key.update}")
+    rows, eager_out = [], None
+    for form, run in forms.items():
+        ms, first, out = time_form(run, leaves, repeats, device)
+        row = {"spec": name, "form": form, "shape": shape, "ms": ms, "tokens_per_s": B * T / (ms / 1e3),
+               "first_call_s": first, "rel_diff_vs_eager": None}
+        if eager_out is None:
+            eager_out = out
+        else:
+            row["rel_diff_vs_eager"] = ((out - eager_out).abs().max() / eager_out.abs().max()).item()
+        rows.append(row)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--specs", default=DEFAULT)
+    p.add_argument("--preset", default="110m")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--recurrent", action="store_true", help="also time the step-by-step definition")
+    p.add_argument("--tf32", action="store_true", help="let float32 matmuls use TF32 on CUDA")
+    p.add_argument("--device", default=None)
+    p.add_argument("--smoke", action="store_true", help="tiny preset, seq 128, batch 2, on CPU")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.preset, args.seq, args.batch, args.repeats = "tiny", 128, 2, 1
+        args.device = args.device or "cpu"
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    date = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"bench_recurrent_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    print(f"device {device_name}; preset {args.preset}, B {args.batch}, T {args.seq}, "
+          f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; "
+          f"forward + backward of one layer's mixing",
+          flush=True)
+    print(f"{'spec':<18} {'form':<16} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
+    rows, failed = [], False
+    for name in args.specs.split(","):
+        try:
+            new = bench_spec(name, args.preset, args.batch, args.seq, args.repeats, device, args.recurrent)
+        except Exception as err:  # one failing spec must not hide the others' figures
+            traceback.print_exc()
+            new, failed = [{"spec": name, "error": f"{type(err).__name__}: {err}".splitlines()[0]}], True
+        for r in new:
+            if "error" in r:
+                print(f"{r['spec']:<18} failed: {r['error']}", flush=True)
+                continue
+            diff = "" if r["rel_diff_vs_eager"] is None else f"{r['rel_diff_vs_eager']:.1e}"
+            print(f"{r['spec']:<18} {r['form']:<16} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
+                  f"{r['first_call_s']:>8.1f} {diff:>9}  {r['shape']}", flush=True)
+        rows += new
+        out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
+                                   "preset": args.preset, "seq": args.seq, "batch": args.batch,
+                                   "repeats": args.repeats, "tf32": args.tf32, "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
