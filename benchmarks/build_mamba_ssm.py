@@ -20,6 +20,7 @@ nvcc matching torch's CUDA major version, torch, ninja, packaging and setuptools
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import subprocess
