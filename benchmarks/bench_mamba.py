@@ -98,13 +98,14 @@ def _layer_runs(key, device: torch.device) -> dict:
 
 
 def _layer_inputs(key, batch: int, seq: int, device: torch.device, dtype: torch.dtype) -> dict:
-    """Random stage-(3) inputs for `key`: q and k per group, repeated over the group's heads; a
-    per-head log decay (Mamba-2), or step sizes and S4D-real rates (Mamba-1's selective step)."""
+    """Random stage-(3) inputs for `key`: q and k per group (layer_rows repeats them over the
+    group's heads); a per-head log decay (Mamba-2), or step sizes and S4D-real rates (Mamba-1's selective step)."""
     g = torch.Generator().manual_seed(0)
     H, G, K, V = key.heads, key.qk_groups, key.feature_dim, key.value_cols
     rnd = lambda *s: torch.randn(*s, generator=g).to(device=device, dtype=dtype)
-    base = dict(q=rnd(batch, seq, G, K).repeat_interleave(H // G, dim=2) * K ** -0.5,
-                k=rnd(batch, seq, G, K).repeat_interleave(H // G, dim=2), v=rnd(batch, seq, H, V))
+    # q and k per group (B, T, G, K): repeated over the group's heads inside each call, so their
+    # gradients are the per-group sums on every path (the model's projections are per group)
+    base = dict(q=rnd(batch, seq, G, K) * K ** -0.5, k=rnd(batch, seq, G, K), v=rnd(batch, seq, H, V))
     if key.decay_shape == "selective":
         base["dt"] = torch.nn.functional.softplus(torch.randn(batch, seq, H, generator=g) - 3.0).to(device)
         base["rate"] = -torch.arange(1, K + 1, dtype=torch.float32, device=device).repeat(H, 1)
@@ -126,7 +127,9 @@ def layer_rows(spec: str, preset: str, batch: int, seq: int, device: torch.devic
         def step():
             for t in leaves.values():
                 t.grad = None
-            o, _ = fn(RecurrentInputs(**leaves))
+            heads = {n: t.repeat_interleave(key.heads // key.qk_groups, dim=2) if n in ("q", "k") else t
+                     for n, t in leaves.items()}
+            o, _ = fn(RecurrentInputs(**heads))
             o.float().square().mean().backward()
             return o
 
