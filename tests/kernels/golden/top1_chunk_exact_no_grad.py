@@ -138,11 +138,27 @@ def top1_chunk_58587a751ec3_attn_local(Q, K, V, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
+def top1_chunk_58587a751ec3_bwd_delta(DO, O, DELTA, sdb, sdt, sdh, sob, sot, soh, T, H, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M rows of one (batch, head). DELTA_i = dO_i . O_i (float32)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T
+    offs_v = tl.arange(0, DV)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], mask=live[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * T + rows, delta, mask=live)
+
+
+@triton.jit
+def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DKBAR, DQ, DQ_SEL, DK_OUT, DV_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
-        T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
-    DQ_ACC, float32), and dk, dv of its keys.
+        T_K, H, N_CHUNKS, N_FULL, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    """One program: key chunk c of one (batch, head). dq parts of the queries attending it (DQ:
+    its own queries', DQ_SEL: those that selected it), and dk, dv of its keys.
     ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -168,8 +184,9 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -189,13 +206,15 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
+    dk_out = dk_acc * GRAD_SCALE
     # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 

@@ -113,11 +113,28 @@ def top1_chunk_edd8b6f09106_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
+def top1_chunk_edd8b6f09106_bwd_delta(DO, O, DELTA, GATE, GG, sdb, sdt, sdh, sob, sot, soh, T, H, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M rows of one (batch, head). DELTA_i = dO_i . O_i (float32), GG_i = DELTA_i * GATE_i."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T
+    offs_v = tl.arange(0, DV)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], mask=live[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * T + rows, delta, mask=live)
+    tl.store(GG + bh * T + rows, delta * tl.load(GATE + bh * T + rows, mask=live, other=0.0), mask=live)
+
+
+@triton.jit
+def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DKBAR, DQ, DQ_SEL, DK_OUT, DV_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
-        T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
-    DQ_ACC, float32), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
+        T_K, H, N_CHUNKS, N_FULL, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    """One program: key chunk c of one (batch, head). dq parts of the queries attending it (DQ:
+    its own queries', DQ_SEL: those that selected it), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
     ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
     c = tl.program_id(0)
     bh = tl.program_id(1)
@@ -146,8 +163,9 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -171,18 +189,19 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         count = tl.sum(tie.to(tl.float32), 1)
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    dk_out = dk_acc * GRAD_SCALE
     # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 
 @triton.jit
-def top1_chunk_edd8b6f09106_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
+def top1_chunk_edd8b6f09106_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
     candidate's score: GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
-    added to attn_bwd's part (DQ_ACC) and written to dq (B, T, H, DK)."""
+    added to attn_bwd's parts (DQ: none without the local chunk, DQ_SEL) and written to DQ (B, T, H, DK)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -210,8 +229,9 @@ def top1_chunk_edd8b6f09106_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
         count = tl.sum(tie.to(tl.float32), 1)
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dq_acc += tl.dot(ds.to(kc.dtype), kc, input_precision=PREC)
-    parts = tl.load(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0)
-    tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq_acc * GRAD_SCALE + parts, mask=live[:, None])
+    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]
+    dq_acc = dq_acc * GRAD_SCALE + tl.load(DQ_SEL + dq_rows, mask=live[:, None] & (sel[:, None] >= 0), other=0.0)
+    tl.store(DQ + dq_rows, dq_acc, mask=live[:, None])
 
 
 @triton.jit
