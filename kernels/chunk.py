@@ -6,7 +6,8 @@ lsec, gate (float32, log2 units); kbar (B, N_full, H, Dk) float32 mean keys (App
 
 Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
     forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
-              select     -> sel (+ lsec, gate for the STE): scores of every candidate chunk, arg-max
+              select     -> sel (+ lsec, gate for the STE; Exact: + gw, the gate's dq direction):
+                            scores of every candidate chunk, arg-max
               [bucket    -> perm, starts: queries sorted by selected chunk, torch.sort, O(T log T)]
               attn_fwd   -> per key chunk: the queries that selected it (partial o, lse)
               attn_local -> (local chunk on) each query's own chunk, merged by log-sum-exp
@@ -58,7 +59,8 @@ def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
 
 
 def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bool):
-    """(sel, lsec, gate), each (B*H, T); lsec and gate are empty unless with_stats."""
+    """(sel, lsec, gate, gw): sel, lsec, gate (B*H, T), lsec and gate empty unless with_stats;
+    gw (B, T, H, Dk) in q's dtype, the gate's dq direction (Exact with stats; else empty)."""
     mod = load(key)
     B, T, H, _ = q.shape
     cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
@@ -67,11 +69,12 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     n = T if with_stats else 0
     lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
+    gw = torch.empty_like(q) if with_stats and key.select.score == "max" else q.new_empty(0)
     getattr(mod, f"{key.slug()}_select")[(triton_cdiv(T, bm), B * H)](
-        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), T, T, 0, H,
+        q, k, kbar, sel, lsec, gate, gw, *launch.strides(q, k, kbar), T, T, 0, H,
         WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_BLOCK_C, PREC=launch.precision(q.dtype),
         **launch.launch_opts(cfg))
-    return sel, lsec, gate
+    return sel, lsec, gate, gw
 
 
 def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool):
@@ -82,7 +85,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     C = key.select.chunk
     n_chunks = triton_cdiv(T, C)
     kbar = kbar_for(key, k)
-    sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
+    sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = launch.bucket(sel, n_chunks)
     cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
     bm = _block_m(key, cfg)
@@ -99,7 +102,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     if local:
         getattr(mod, f"{key.slug()}_attn_local")[(triton_cdiv(T, bm), B * H)](
             q, k, v, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, **common)
-    saved = dict(sel=sel, lsec=lsec, gate=gate, lse=lse, perm=perm, starts=starts, kbar=kbar)
+    saved = dict(sel=sel, lsec=lsec, gate=gate, gw=gw, lse=lse, perm=perm, starts=starts, kbar=kbar)
     return o, saved
 
 
@@ -136,7 +139,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         BLOCK_M=bm, **common)
     if ste:  # gate_dq adds the gate's part to both and writes dq
         getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
-            q, k, kbar, saved["sel"], saved["lsec"], gg, dq, dq_sel, *launch.strides(q, k, kbar), T, H,
+            q, k, kbar, saved["gw"], saved["sel"], saved["lsec"], gg, dq, dq_sel, *launch.strides(q, k, kbar), T, H,
             BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
         return dq, dk, dv
     if not local:  # every query selected a chunk (its own at least): the selected part is all

@@ -77,6 +77,22 @@ def test_chunk_kernels_match_reference(shape, kind, chunk, length, score, local,
     assert_matches(key, make_inputs(shape["B"], T, shape["H"], shape["dk"], shape["dv"], **kind))
 
 
+def test_approx_without_local_chunk_with_one_complete_chunk_matches_reference():
+    """T = 2C - 1: one complete chunk, whose mean key the second chunk's queries score against
+    their own partial chunk. The mean-key gradient was once skipped there (dk off by 5e-2)."""
+    key = variant("top1_chunk_exact", dk=16, dv=32, chunk=16, score="mean", local=False)
+    assert_matches(key, make_inputs(2, 31, 2, 16, 32, data="float", magnitude=1.0, seed=31, duplicate=False))
+
+
+def test_element_value_gradient_when_most_queries_choose_one_key():
+    """A "sink" key that nearly every query selects: the hard value gradient's segment for it
+    spans many query tiles (value_grad kernel), the others are short or empty."""
+    key = variant("top1_element", dk=16, dv=32)
+    q, k, v, do = make_inputs(2, 70, 2, 16, 32, data="float", magnitude=1.0, seed=70, duplicate=False)
+    k[:, 3] = 50 * q.mean(1)
+    assert_matches(key, [q, k, v, do])
+
+
 @pytest.mark.parametrize("spec", ["top1_element", "top1_chunk_exact", "top1_chunk_approx"])
 def test_kernels_in_float16_match_reference(spec):
     chunk = {} if spec == "top1_element" else {"chunk": 16}

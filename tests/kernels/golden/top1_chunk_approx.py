@@ -21,7 +21,7 @@ NO_CHUNK = tl.constexpr(2147483647)
 
 
 @triton.jit
-def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE,
+def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H,
         WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
@@ -226,11 +226,11 @@ def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
 
 
 @triton.jit
-def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
+def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
-    candidate's score (the own chunk's partial mean is in attn_bwd): GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
+    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every candidate's
+    score, GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i over the earlier chunks' mean keys (the own chunk's partial mean is in attn_bwd),
     added to attn_bwd's parts (DQ, DQ_SEL) and written to DQ (B, T, H, DK)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
@@ -241,12 +241,12 @@ def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
     pos = rows
     c_own = (pid * BLOCK_M) // CHUNK
     offs_k = tl.arange(0, DK)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]  # q, dq, GW share strides
     gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
-    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
+    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    q32 = q.to(tl.float32)
+    q32 = tl.load(Q + dq_rows, mask=live[:, None], other=0.0).to(tl.float32)
     for c0 in range(0, c_own, BLOCK_C):
         cids = c0 + tl.arange(0, BLOCK_C)
         kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < c_own, other=0.0)
@@ -254,7 +254,6 @@ def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
         cand = (cids[None, :] < c_own) & live[:, None]
         dscore = tl.where(cand, gg[:, None] * ((sel[:, None] == cids[None, :]).to(tl.float32) - tl.exp2(z2 - lsec[:, None])), 0.0)
         dq_acc += tl.dot(dscore, kb, input_precision=PREC)
-    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]
     dq_acc = dq_acc * GRAD_SCALE + tl.load(DQ_SEL + dq_rows, mask=live[:, None] & (sel[:, None] >= 0), other=0.0)
     dq_acc += tl.load(DQ + dq_rows, mask=live[:, None], other=0.0)  # the own chunk's part
     tl.store(DQ + dq_rows, dq_acc, mask=live[:, None])

@@ -21,12 +21,12 @@ NO_CHUNK = tl.constexpr(2147483647)
 
 
 @triton.jit
-def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
+def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H,
         WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries (one chunk's worth or less) of one (batch, head). Writes the
-    selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G."""
+    selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G, and GW (B, T, H, DK), the gate's dq direction kb_sel - sum_c pi_c kb_c."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // H
@@ -43,17 +43,29 @@ def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
     if WITH_STATS:  # running log-sum-exp of the candidates' scores (for the gate G)
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
+        # and the gate's dq direction (the STE's dq through G, folded into the scan): with kb_c the
+        # best key of chunk c (shared equally among exact ties), dq_gate_i = GRAD_SCALE * GG_i *
+        # (kb_sel - sum_c pi_c kb_c); kb_sel and the running softmax-weighted sum u_run are kept
+        u_run = tl.zeros([BLOCK_M, DK], tl.float32)
+        kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
         kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
-        raw = tl.max(tl.dot(q, kt, input_precision=PREC), 1)  # the chunk's best key
-        sel = tl.where(raw > best, c, sel)
-        best = tl.maximum(best, raw)
+        s_tile = tl.dot(q, kt, input_precision=PREC)
+        raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
+            tie = (s_tile == raw[:, None]).to(tl.float32)
+            kb = tl.dot((tie / tl.sum(tie, 1)[:, None]).to(kt.dtype), tl.trans(kt), input_precision=PREC)
+            kb_sel = tl.where((raw > best)[:, None], kb, kb_sel)
             score = raw * FACTOR
             m_new = tl.maximum(m_run, score)
-            z_run = z_run * tl.exp2(m_run - m_new) + tl.exp2(score - m_new)
+            alpha = tl.exp2(m_run - m_new)
+            weight = tl.exp2(score - m_new)
+            z_run = z_run * alpha + weight
+            u_run = u_run * alpha[:, None] + weight[:, None] * kb
             m_run = m_new
+        sel = tl.where(raw > best, c, sel)
+        best = tl.maximum(best, raw)
     best = best * FACTOR  # in log2 units from here on, like every other score
 
     tl.store(SEL + bh * T_Q + rows, sel, mask=live)
@@ -61,6 +73,8 @@ def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
         lsec = tl.where(z_run > 0, m_run + tl.log2(z_run), float("-inf"))
         tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
         tl.store(GATE + bh * T_Q + rows, tl.where(sel >= 0, tl.exp2(best - lsec), 0.0), mask=live)
+        gw = kb_sel - u_run / tl.where(z_run > 0, z_run, 1.0)[:, None]  # 0 with no candidate
+        tl.store(GW + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], gw, mask=live[:, None])
 
 
 @triton.jit
@@ -240,11 +254,11 @@ def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
 
 
 @triton.jit
-def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
+def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
-    candidate's score: GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
+    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every candidate's
+    score, GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i = GRAD_SCALE * GG_i * GW_i (the selection scan kept GW),
     added to attn_bwd's parts (DQ, DQ_SEL) and written to DQ (B, T, H, DK)."""
     pid = tl.program_id(0)
     bh = tl.program_id(1)
@@ -255,25 +269,10 @@ def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ, DQ_SEL,
     pos = rows
     c_own = (pid * BLOCK_M) // CHUNK
     offs_k = tl.arange(0, DK)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]  # q, dq, GW share strides
     gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
-    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
-    dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    for c in range(0, c_own):
-        cols = c * CHUNK + tl.arange(0, CHUNK)
-        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        vis = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None]
-        z2 = tl.where(vis, z2, float("-inf"))
-        score = tl.max(z2, 1)
-        pi = tl.exp2(score - lsec)
-        dscore = tl.where(live & (score > float("-inf")), gg * ((sel == c).to(tl.float32) - pi), 0.0)
-        tie = vis & (z2 == score[:, None])
-        count = tl.sum(tie.to(tl.float32), 1)
-        ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
-        dq_acc += tl.dot(ds.to(kc.dtype), kc, input_precision=PREC)
-    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]
+    dq_acc = gg[:, None] * tl.load(GW + dq_rows, mask=live[:, None], other=0.0).to(tl.float32)
     dq_acc = dq_acc * GRAD_SCALE + tl.load(DQ_SEL + dq_rows, mask=live[:, None] & (sel[:, None] >= 0), other=0.0)
     dq_acc += tl.load(DQ + dq_rows, mask=live[:, None], other=0.0)  # the own chunk's part
     tl.store(DQ + dq_rows, dq_acc, mask=live[:, None])
@@ -302,17 +301,29 @@ def top1_chunk_2c0310c1e891_decode(Q, K, V, KBAR, O,
     if WITH_STATS:  # running log-sum-exp of the candidates' scores (for the gate G)
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
+        # and the gate's dq direction (the STE's dq through G, folded into the scan): with kb_c the
+        # best key of chunk c (shared equally among exact ties), dq_gate_i = GRAD_SCALE * GG_i *
+        # (kb_sel - sum_c pi_c kb_c); kb_sel and the running softmax-weighted sum u_run are kept
+        u_run = tl.zeros([BLOCK_M, DK], tl.float32)
+        kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
         kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
-        raw = tl.max(tl.dot(q, kt, input_precision=PREC), 1)  # the chunk's best key
-        sel = tl.where(raw > best, c, sel)
-        best = tl.maximum(best, raw)
+        s_tile = tl.dot(q, kt, input_precision=PREC)
+        raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
+            tie = (s_tile == raw[:, None]).to(tl.float32)
+            kb = tl.dot((tie / tl.sum(tie, 1)[:, None]).to(kt.dtype), tl.trans(kt), input_precision=PREC)
+            kb_sel = tl.where((raw > best)[:, None], kb, kb_sel)
             score = raw * FACTOR
             m_new = tl.maximum(m_run, score)
-            z_run = z_run * tl.exp2(m_run - m_new) + tl.exp2(score - m_new)
+            alpha = tl.exp2(m_run - m_new)
+            weight = tl.exp2(score - m_new)
+            z_run = z_run * alpha + weight
+            u_run = u_run * alpha[:, None] + weight[:, None] * kb
             m_run = m_new
+        sel = tl.where(raw > best, c, sel)
+        best = tl.maximum(best, raw)
     best = best * FACTOR  # in log2 units from here on, like every other score
 
     chosen = tl.max(tl.where(live, sel, -1), 0)  # the query's selected chunk (-1: none)
