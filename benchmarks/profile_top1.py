@@ -30,7 +30,6 @@ import datetime
 import json
 import os
 import re
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -161,49 +160,18 @@ def step_fn(fn, q, k, v, do):
     return step
 
 
-def time_ms(step, device, reps: int = 10) -> float:
-    import time
-
-    import torch
-
-    if device.type != "cuda":
-        t0 = time.perf_counter()
-        step()
-        return (time.perf_counter() - t0) * 1e3
-    times = []
-    for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        step()
-        e.record()
-        e.synchronize()
-        times.append(s.elapsed_time(e))
-    return statistics.median(times)
-
-
-def peak_mib(step, device) -> float:
-    import torch
-
-    if device.type != "cuda":
-        return float("nan")
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    step()
-    torch.cuda.synchronize()
-    return (torch.cuda.max_memory_allocated() - base) / 2**20
-
-
 def profile_case(name, fn, q, k, v, do, device, steps: int) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
+
+    from benchmarks.bench_top1 import bench, peak_mib
 
     step = step_fn(fn, q, k, v, do)
     for _ in range(2):  # compile and warm the caches
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
-    step_ms = time_ms(step, device)
+    step_ms = bench(step, device)
     peak = peak_mib(step, device)
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as prof:
