@@ -79,7 +79,7 @@ def _element_ops(key: KernelKey) -> Ops:
     return Ops(infer, train)
 
 
-_CHUNK_SAVED = ("sel", "lsec", "gate", "gw", "lse", "perm", "starts")
+_CHUNK_SAVED = ("sel", "lsec", "gate", "gw", "lse", "perm", "starts", "kbar")
 
 
 def _chunk_ops(key: KernelKey) -> Ops:
@@ -96,7 +96,8 @@ def _chunk_ops(key: KernelKey) -> Ops:
         return v.new_empty(*q.shape[:3], v.shape[-1])
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
-    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                        Tensor]:
         o, saved = chunk.forward(key, q, k, v, with_stats=ste)
         return (o, *(saved[name] for name in _CHUNK_SAVED))
 
@@ -106,13 +107,16 @@ def _chunk_ops(key: KernelKey) -> Ops:
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
         n_chunks = (T + C - 1) // C
         gw = torch.empty_like(q) if ste and key.select.score == "max" else q.new_empty(0)
+        kbar = (q.new_empty(B, max(T // C, 1), H, q.shape[-1], dtype=torch.float32) if key.select.score == "mean"
+                else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's shapes
         return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape), gw,
-                _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32))
+                _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32),
+                kbar)
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, sel: Tensor, lsec: Tensor, gate: Tensor,
-            gw: Tensor, lse: Tensor, perm: Tensor, starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, gw, lse, perm, starts)), kbar=chunk.kbar_for(key, k))
+            gw: Tensor, lse: Tensor, perm: Tensor, starts: Tensor, kbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, gw, lse, perm, starts, kbar)))
         return chunk.backward(key, q, k, v, o, do, saved)
 
     @bwd.register_fake

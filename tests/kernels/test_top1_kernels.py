@@ -159,7 +159,8 @@ def test_model_compiles_without_graph_breaks():
     """torch.compile(fullgraph=True) traces the planner's call, top1.run(key, ...), through the
     custom ops (forward and autograd) in one graph, once the key has been bound; the same code
     compiled for a second key (both bound first) runs that key's kernels, not the first's."""
-    keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16)]
+    keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16),
+            variant("top1_chunk_approx", dk=16, dv=16, chunk=16)]
     kernels = [top1.bind(key) for key in keys]
     for key, kernel in zip(keys, kernels):
         q, k, v, _ = make_inputs(1, 20, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False)
