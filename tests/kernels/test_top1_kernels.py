@@ -34,7 +34,7 @@ def make_inputs(B, T, H, dk, dv, *, data: str, magnitude: float, seed: int, dupl
     # a tie between a complete chunk's mean (q . mean k) and the own chunk's partial mean (mean of
     # q . k) is decided by rounding, in the reference as much as in a kernel
     if duplicate and data == "grid" and T > 2:
-        k[:, T // 2:] = k[:, : T - T // 2]
+        k[:, T // 2:] = k[:, : T - T // 2].clone()  # the halves overlap when T is odd
     return [t.to(dtype) for t in (q, k, v, do)]
 
 

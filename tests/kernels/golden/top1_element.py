@@ -149,8 +149,10 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
     k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
     v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
     dk_acc = tl.zeros([BLOCK_N, DK], tl.float32)
+    # query tiles overlapping the key block's diagonal are masked; the later ones (BLOCK_M divides
+    # BLOCK_N) see every key of the block and need no mask (a partial last key block has none)
     first = (pid * BLOCK_N // BLOCK_M) * BLOCK_M  # queries before the first key see none of them
-    for start in range(first, T, BLOCK_M):
+    for start in range(first, tl.minimum((pid + 1) * BLOCK_N, T), BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         pos = rows
         live = rows < T
@@ -161,6 +163,21 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
         z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
         visible = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T) & live[:, None]
         p = tl.where(visible, tl.exp2(z2 - lse[:, None]), 0.0)
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    for start in range((pid + 1) * BLOCK_N, T, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        pos = rows
+        live = rows < T
+        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+        lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
+        delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
+        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
+        # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
+        # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
+        p = tl.exp2(z2 - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
@@ -187,7 +204,20 @@ def top1_element_b03bb576b82d_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
     lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
     delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
     dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    for start in range(0, (pid + 1) * BLOCK_M, BLOCK_N):
+    # key tiles wholly before the block's first query need no mask; the rest up to its last do
+    n_free = (pid * BLOCK_M + 1) // BLOCK_N
+    for start in range(0, n_free * BLOCK_N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :])
+        v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :])
+        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
+        # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
+        # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
+        p = tl.exp2(z2 - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq_acc += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    for start in range(n_free * BLOCK_N, (pid + 1) * BLOCK_M, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
         v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
