@@ -278,7 +278,8 @@ def top1_chunk_e3b4696ebbd5_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
     kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < N_FULL, other=0.0)
     acc = tl.zeros([BLOCK_C, DK], tl.float32)
     lo = tl.maximum((pid * BLOCK_C + 1) * CHUNK, split * SPLIT_ROWS)  # queries after the first chunk
-    for r0 in range(lo, tl.minimum(T_K, (split + 1) * SPLIT_ROWS), BLOCK_M):
+    hi = tl.minimum(T_K, (split + 1) * SPLIT_ROWS)
+    for r0 in range(lo, hi, BLOCK_M):
         rows = r0 + tl.arange(0, BLOCK_M)
         live = rows < T_K
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
@@ -289,7 +290,9 @@ def top1_chunk_e3b4696ebbd5_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
         cand = (cids[None, :] < (rows // CHUNK)[:, None]) & live[:, None] & (cids[None, :] < N_FULL)
         dscore = tl.where(cand, gg[:, None] * ((sel[:, None] == cids[None, :]).to(tl.float32) - tl.exp2(z2 - lsec[:, None])), 0.0)
         acc += tl.dot(tl.trans(dscore), q, input_precision=PREC)
-    tl.atomic_add(DKBAR + (bh * N_FULL + cids[:, None]) * DK + offs_k[None, :], acc * GRAD_SCALE, mask=cids[:, None] < N_FULL)
+    if lo < hi:  # a slice wholly before these chunks' first candidate query adds nothing
+        tl.atomic_add(DKBAR + (bh * N_FULL + cids[:, None]) * DK + offs_k[None, :], acc * GRAD_SCALE,
+                      mask=cids[:, None] < N_FULL)
 
 
 @triton.jit
