@@ -196,6 +196,21 @@ def table(case: dict) -> str:
     return head + "\n".join(rows) + "\n" + "\n".join(ops) + "\n"
 
 
+def write(out: Path, result: dict, smoke: bool) -> None:
+    """JSON and markdown of the cases so far (rewritten after each case: a run cut short keeps them)."""
+    out.mkdir(parents=True, exist_ok=True)
+    model = re.search(r"\b([A-Z]+\d+)\b", result["device"])
+    tag = "smoke" if smoke else (model.group(1) if model else "cuda").lower()
+    stem = f"profile_top1_{tag}_{result['date'][:10]}"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    md = [f"# Top-1 forward+backward profile: {result['device']}, {result['date']}", "",
+          f"Tokens per batch {result['tokens']}; H * D = 768; chunk {result['chunk']}; "
+          f"{result['steps']} profiled steps per case.", ""]
+    md += [table(c) if "error" not in c else f"## {c['kernel']} T={c['T']} D={c['dim']}: {c['error']}\n"
+           for c in result["cases"]]
+    (out / f"{stem}.md").write_text("\n".join(md))
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.smoke:
@@ -207,7 +222,10 @@ def main(argv=None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     names = [n for n in args.kernels.split(",") if device.type == "cuda" or not n.startswith("sdpa")]
-    cases = []
+    dev_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)"
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    result = dict(device=dev_name, date=date, torch=torch.__version__, tokens=args.tokens, chunk=args.chunk,
+                  steps=args.steps, cases=[])
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
             H = 2 if args.smoke else max(1, 768 // dim)
@@ -224,25 +242,12 @@ def main(argv=None) -> int:
                         torch.cuda.empty_cache()
                 else:
                     print(table(case), flush=True)
-                cases.append(case)
+                result["cases"].append(case)
+                write(Path(args.out), result, args.smoke)
             del q, k, v, do
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    dev_name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)"
-    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    result = dict(device=dev_name, date=date, torch=torch.__version__, tokens=args.tokens, chunk=args.chunk,
-                  steps=args.steps, cases=cases)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    model = re.search(r"\b([A-Z]+\d+)\b", dev_name)
-    tag = "smoke" if args.smoke else (model.group(1) if model else "cuda").lower()
-    stem = f"profile_top1_{tag}_{date[:10]}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    md = [f"# Top-1 forward+backward profile: {dev_name}, {date}", "",
-          f"Tokens per batch {args.tokens}; H * D = 768; chunk {args.chunk}; {args.steps} profiled steps per case.", ""]
-    md += [table(c) if "error" not in c else f"## {c['kernel']} T={c['T']} D={c['dim']}: {c['error']}\n" for c in cases]
-    (out / f"{stem}.md").write_text("\n".join(md))
-    return 0 if all("error" not in c for c in cases) else 1
+    return 0 if all("error" not in c for c in result["cases"]) else 1
 
 
 if __name__ == "__main__":
