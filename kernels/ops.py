@@ -4,6 +4,11 @@ Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd). Each op 
 (meta) implementation, so `torch.compile` traces through a model without graph breaks, and the
 training op has its backward registered with `register_autograd`. The ops take (B, T, H, D)
 contiguous tensors of one dtype; the differentiable entry point is `seqdsl.kernels.top1.run`.
+The training op's extra outputs (what the backward needs) are non-differentiable, and their
+gradients are not materialised: autograd would otherwise pass a zero tensor for each, as large
+as the soft output or GW (the H100 profile showed the zero fills, and the peak memory one
+(B, T, H, D) tensor above what the kernels allocate). `do` is then None only when o got no
+gradient, and the backward returns none.
 
 Shape legend: q, k (B, T, H, Dk); v, o (B, T, H, Dv); per-query rows (B*H, T); N chunks.
 """
@@ -71,8 +76,11 @@ def _element_ops(key: KernelKey) -> Ops:
         _, idx, lse, o_soft = output
         ctx.save_for_backward(q, k, v, idx, lse, o_soft)
         ctx.mark_non_differentiable(idx, lse, o_soft)
+        ctx.set_materialize_grads(False)  # (module docstring)
 
     def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
         return bwd(*ctx.saved_tensors[:3], do, *ctx.saved_tensors[3:])
 
     train.register_autograd(backward, setup_context=setup_context)
@@ -127,8 +135,11 @@ def _chunk_ops(key: KernelKey) -> Ops:
         o, *saved = output
         ctx.save_for_backward(*inputs, o, *saved)
         ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)  # (module docstring)
 
     def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
         q, k, v, o, *saved = ctx.saved_tensors
         return bwd(q, k, v, o, do, *saved)
 

@@ -45,3 +45,28 @@ def test_training_forward_saves_its_tensors_in_the_input_dtype_plus_row_statisti
     got = saved_bytes_per_element(key, torch.float16)
     assert got <= budget, f"{spec} saves {got:.3f} bytes per element, budget {budget:.3f}"
     assert got >= tensors * torch.float16.itemsize  # the soft output / output (and GW) are kept
+
+
+@pytest.mark.parametrize("spec", ["top1_element", "top1_chunk_exact"])
+def test_backward_gets_no_zero_gradients_for_the_saved_outputs(spec):
+    """The training op's extra outputs (soft output, GW, row statistics) are non-differentiable:
+    autograd must not build a zero gradient for each (one more (B, T, H, D) tensor at the peak)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    chunk = {} if spec == "top1_element" else {"chunk": 16}
+    key = variant(spec, dk=D, dv=D, **chunk)
+    q, k, v = (torch.randn(B, T, H, D).requires_grad_() for _ in range(3))
+    out = top1.run(key, q, k, v)
+    with Record() as record:
+        out.backward(torch.randn_like(out))
+    assert any("_bwd" in op for op in record.ops), record.ops  # the mode saw the backward op
+    assert not [op for op in record.ops if "zeros" in op or "fill" in op or "full" in op], record.ops
