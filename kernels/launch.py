@@ -79,7 +79,7 @@ def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
 
 
 # queries per program of the Approx gate_dkbar kernel (a slice of T; its programs add atomically)
-SPLIT_ROWS = 2048
+SPLIT_ROWS = 1024
 
 
 def value_grad_tiles(*, q_dtype: torch.dtype) -> dict:
