@@ -73,7 +73,7 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
     gw = torch.empty_like(q) if with_stats and key.select.score == "max" else q.new_empty(0)
-    getattr(mod, f"{key.slug()}_select")[(triton_cdiv(T, bm), B * H)](
+    getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(T, bm))](
         q, k, kbar, sel, lsec, gate, gw, *launch.strides(q, k, kbar), T, T, 0, H,
         WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_block_c(), PREC=launch.precision(q.dtype),
         **launch.launch_opts(cfg))
@@ -100,7 +100,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     o_sel = torch.empty(B * H, T if local else 0, Dv, dtype=v.dtype, device=v.device)
     lse_sel = torch.full((B * H, T if local else 0), float("-inf"), dtype=torch.float32, device=q.device)
     common = dict(BLOCK_M=bm, PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    getattr(mod, f"{key.slug()}_attn_fwd")[(n_chunks, B * H)](
+    getattr(mod, f"{key.slug()}_attn_fwd")[(B * H, n_chunks)](
         q, k, v, perm, starts, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, n_chunks, **common)
     if local:
         getattr(mod, f"{key.slug()}_attn_local")[(triton_cdiv(T, bm), B * H)](
@@ -136,12 +136,12 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     # dq's two parts (module docstring): the own chunk's into dq, the selected chunk's into dq_sel
     dq, dq_sel = torch.empty_like(q), torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
-    getattr(mod, f"{name}_attn_bwd")[(n_chunks, B * H)](
+    getattr(mod, f"{name}_attn_bwd")[(B * H, n_chunks)](
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"],
         gg if ste else delta, dkbar, dq, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, full,
         BLOCK_M=bm, **common)
     if ste:  # gate_dq adds the gate's part to both and writes dq
-        getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
+        getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
             q, k, kbar, saved["gw"], saved["sel"], saved["lsec"], gg, dq, dq_sel, *launch.strides(q, k, kbar), T, H,
             BLOCK_M=bm, BLOCK_C=_block_c(), **common)
         return dq, dk, dv

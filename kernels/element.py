@@ -40,7 +40,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
     lse = torch.empty(B * H, Tq if with_soft else 0, dtype=torch.float32, device=q.device)
     o_soft = torch.empty(B, Tq if with_soft else 0, H, Dv, dtype=v.dtype, device=q.device)
     cfg = launch.tiles(q.shape[-1], q.dtype, train=False)  # flash-forward shapes either way
-    grid = (triton_cdiv(Tq, cfg["BLOCK_M"]), B * H)
+    grid = (B * H, triton_cdiv(Tq, cfg["BLOCK_M"]))  # (heads, blocks): the kernels order the work
     getattr(mod, f"{name}_fwd")[grid](
         q, k, v, o, idx, lse, o_soft, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H,
         WITH_SOFT=with_soft, PREC=launch.precision(q.dtype), **launch.blocks(cfg, "BLOCK_M", "BLOCK_N"),
@@ -78,10 +78,10 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     kv_cfg, q_cfg = launch.backward_tiles(q.shape[-1], q.dtype)
     prec = launch.precision(q.dtype)
-    getattr(mod, f"{name}_bwd_dkdv")[(triton_cdiv(T, kv_cfg["BLOCK_N"]), B * H)](
+    getattr(mod, f"{name}_bwd_dkdv")[(B * H, triton_cdiv(T, kv_cfg["BLOCK_N"]))](
         q, k, v, do, lse, delta, dk, dv, *launch.strides(q, k, v, do), T, H, PREC=prec,
         **launch.blocks(kv_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(kv_cfg))
-    getattr(mod, f"{name}_bwd_dq")[(triton_cdiv(T, q_cfg["BLOCK_M"]), B * H)](
+    getattr(mod, f"{name}_bwd_dq")[(B * H, triton_cdiv(T, q_cfg["BLOCK_M"]))](
         q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, PREC=prec,
         **launch.blocks(q_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(q_cfg))
     return dq, dk, dv

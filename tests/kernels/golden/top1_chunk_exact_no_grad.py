@@ -27,8 +27,10 @@ def top1_chunk_58587a751ec3_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries (one chunk's worth or less) of one (batch, head). Writes the
     selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G, and GW (B, T, H, DK), the gate's dq direction kb_sel - sum_c pi_c kb_c."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -83,8 +85,10 @@ def top1_chunk_58587a751ec3_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """One program: key chunk c of one (batch, head). Softmax attention of every query that
     selected chunk c (gathered through PERM) over it: the partial output and log-sum-exp, which attn_local merges with the local chunk's."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)
@@ -174,8 +178,10 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     """One program: key chunk c of one (batch, head). dq parts of the queries attending it (DQ:
     its own queries', DQ_SEL: those that selected it), and dk, dv of its keys.
     ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)

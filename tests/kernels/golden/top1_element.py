@@ -23,8 +23,10 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
         WITH_SOFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). Online max / arg-max over key tiles;
     WITH_SOFT (training) also keeps the log-sum-exp and the soft output p @ v for the STE."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -139,8 +141,10 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
         T, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_N keys of one (batch, head), looping over the queries that see them.
     ds_ij = p_ij (dO_i . v_j - D_i) (times GRAD_SCALE at the end), D_i = dO_i . (p @ v)_i."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block 0, then block 1):
+    # a block's work shrinks with its position
+    bh = tl.program_id(0)
+    pid = tl.program_id(1)
     b = bh // H
     h = bh % H
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -190,8 +194,10 @@ def top1_element_b03bb576b82d_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
         T, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head); dq_i = GRAD_SCALE * sum_j ds_ij k_j."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
