@@ -18,8 +18,9 @@ Useful FLOPs per (batch, head), n = T^2 / 2 causal pairs, C chunk, D = Dk = Dv:
     sdpa / flex dense       forward 4 n D, backward 2.5x forward (flash-attention's convention)
     top1 element            inference forward 2 n D (QK^T and a max); training forward 4 n D;
                             backward 6 n D (ste hard: dk kernel 3 GEMMs, dq kernel 3 GEMMs)
-    top1 chunk exact        selection 2 n D; attention 4 T (1.5 C) D; STE backward: gate dq and
-                            gate dk 4 GEMMs over the candidates (8 n D) + attention 2.5x
+    top1 chunk exact        selection 2 n D (training: + 2 n D, the gate's dq direction GW kept by
+                            the scan); attention 4 T (1.5 C) D; STE backward: gate dk 2 GEMMs over
+                            the candidates (4 n D) + attention 2.5x
     top1 chunk approx       selection 2 n D / C; attention as exact; STE backward 4 n D / C + 2.5x
     flex top1 selection     as sdpa over the attended pairs: 4 T (1.5 C) D forward
 """
@@ -77,7 +78,7 @@ def useful_flops(kind: str, B: int, T: int, H: int, D: int, C: int) -> tuple[flo
     if kind == "top1_element":
         return bh * 2 * n * D, bh * (4 * n * D + 6 * n * D)
     if kind == "top1_chunk_exact":
-        return bh * (2 * n * D + attn_sel), bh * (2 * n * D + 8 * n * D + 3.5 * attn_sel)
+        return bh * (2 * n * D + attn_sel), bh * (4 * n * D + 4 * n * D + 3.5 * attn_sel)
     if kind == "top1_chunk_approx":
         return bh * (2 * n * D / C + attn_sel), bh * (6 * n * D / C + 3.5 * attn_sel)
     if kind == "flex_top1_approx":

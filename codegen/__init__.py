@@ -35,9 +35,10 @@ class Rendered:
         return self.key.slug()
 
     def digest(self, *extra: str) -> str:
-        """Hash of (key, template source, generator version, *extra): the cache key."""
+        """Hash of (key, template source, rendered source, generator version, *extra): the cache
+        key. The rendered source covers the templates the main one imports (common.jinja)."""
         h = hashlib.sha256()
-        for part in (repr(self.key), template_source(self.plan.template), GENERATOR_VERSION, *extra):
+        for part in (repr(self.key), template_source(self.plan.template), self.source, GENERATOR_VERSION, *extra):
             h.update(part.encode())
             h.update(b"\0")
         return h.hexdigest()[:16]

@@ -6,14 +6,20 @@ lsec, gate (float32, log2 units); kbar (B, N_full, H, Dk) float32 mean keys (App
 
 Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
     forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
-              select     -> sel (+ lsec, gate for the STE): scores of every candidate chunk, arg-max
+              select     -> sel (+ lsec, gate for the STE; Exact: + gw, the gate's dq direction):
+                            scores of every candidate chunk, arg-max
               [bucket    -> perm, starts: queries sorted by selected chunk, torch.sort, O(T log T)]
               attn_fwd   -> per key chunk: the queries that selected it (partial o, lse)
               attn_local -> (local chunk on) each query's own chunk, merged by log-sum-exp
-    backward  attn_bwd   -> dq (two parts, atomically added), dk, dv; + the gate's gradient into dk (Exact: each
-                            candidate chunk's best key; Approx without local: own partial mean)
-              gate_dq    -> the gate's gradient into dq (STE only)
-              gate_dkbar -> the gate's gradient into the mean keys (Approx, STE), / C onto keys
+    backward  bwd_delta  -> D = rowsum(dO * o), and GG = D * gate (STE)
+              gate_dkbar -> (Approx, STE) the gate's gradient into the mean keys (float32,
+                            (B*H, N_full, Dk): programs over (chunk tiles, query slices))
+              attn_bwd   -> dq in two parts, each written once: the own chunk's (local attention,
+                            Approx's own partial mean) into dq, the selected chunk's into dq_sel;
+                            dk, dv; + the gate's gradient into dk (Exact: each candidate chunk's
+                            best key; Approx: dkbar / C onto each key of the chunk)
+              gate_dq    -> (STE) the gate's gradient into dq, plus both parts, written to dq
+                            [grad = none: dq + dq_sel in torch]
 Nothing is O(T^2) in memory. The Exact selection (and its STE gradient) reads every earlier key:
 O(T^2 Dk) FLOPs; Approx scores N mean keys: O(T^2 Dk / C).
 """
@@ -28,7 +34,10 @@ from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
 
-_BLOCK_C = 16  # chunk means per tile (Approx)
+def _block_c() -> int:
+    """Chunk means per tile (Approx): 64 on the GPU (16 left the gate kernels latency-bound in the
+    H100 profile); 2 under the interpreter, so that a CPU test's few chunks span several tiles."""
+    return 2 if launch.interpreted() else 64
 
 
 def _block_m(key: KernelKey, cfg: dict) -> int:
@@ -53,7 +62,8 @@ def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
 
 
 def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bool):
-    """(sel, lsec, gate), each (B*H, T); lsec and gate are empty unless with_stats."""
+    """(sel, lsec, gate, gw): sel, lsec, gate (B*H, T), lsec and gate empty unless with_stats;
+    gw (B, T, H, Dk) in q's dtype, the gate's dq direction (Exact with stats; else empty)."""
     mod = load(key)
     B, T, H, _ = q.shape
     cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
@@ -62,20 +72,12 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     n = T if with_stats else 0
     lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
-    getattr(mod, f"{key.slug()}_select")[(triton_cdiv(T, bm), B * H)](
-        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), T, T, 0, H,
-        WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_BLOCK_C, PREC=launch.precision(q.dtype),
+    gw = torch.empty_like(q) if with_stats and key.select.score == "max" else q.new_empty(0)
+    getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(T, bm))](
+        q, k, kbar, sel, lsec, gate, gw, *launch.strides(q, k, kbar), T, T, 0, H,
+        WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_block_c(), PREC=launch.precision(q.dtype),
         **launch.launch_opts(cfg))
-    return sel, lsec, gate
-
-
-def bucket(sel: Tensor, n_chunks: int) -> tuple[Tensor, Tensor]:
-    """perm (B*H, T) int32: queries in order of their selected chunk (none first, stable);
-    starts (B*H, n_chunks + 1) int32: where chunk c's queries begin in perm."""
-    ordered, perm = torch.sort(sel, dim=-1, stable=True)
-    bounds = torch.arange(n_chunks + 1, dtype=sel.dtype, device=sel.device).expand(sel.shape[0], -1)
-    starts = torch.searchsorted(ordered, bounds.contiguous())
-    return perm.to(torch.int32).contiguous(), starts.to(torch.int32).contiguous()
+    return sel, lsec, gate, gw
 
 
 def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool):
@@ -86,8 +88,8 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     C = key.select.chunk
     n_chunks = triton_cdiv(T, C)
     kbar = kbar_for(key, k)
-    sel, lsec, gate = select(key, q, k, kbar, with_stats=with_stats)
-    perm, starts = bucket(sel, n_chunks)
+    sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
+    perm, starts = launch.bucket(sel, n_chunks)
     cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
     bm = _block_m(key, cfg)
     o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
@@ -98,24 +100,13 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     o_sel = torch.empty(B * H, T if local else 0, Dv, dtype=v.dtype, device=v.device)
     lse_sel = torch.full((B * H, T if local else 0), float("-inf"), dtype=torch.float32, device=q.device)
     common = dict(BLOCK_M=bm, PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    getattr(mod, f"{key.slug()}_attn_fwd")[(n_chunks, B * H)](
+    getattr(mod, f"{key.slug()}_attn_fwd")[(B * H, n_chunks)](
         q, k, v, perm, starts, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, n_chunks, **common)
     if local:
         getattr(mod, f"{key.slug()}_attn_local")[(triton_cdiv(T, bm), B * H)](
             q, k, v, o_sel, lse_sel, o, lse, *launch.strides(q, k, v, o), T, H, **common)
-    saved = dict(sel=sel, lsec=lsec, gate=gate, lse=lse, perm=perm, starts=starts, kbar=kbar)
+    saved = dict(sel=sel, lsec=lsec, gate=gate, gw=gw, lse=lse, perm=perm, starts=starts, kbar=kbar)
     return o, saved
-
-
-def _rows(x: Tensor) -> Tensor:
-    """(B, T, H, D) -> (B*H, T, D) contiguous float32."""
-    B, T, H, D = x.shape
-    return x.float().permute(0, 2, 1, 3).reshape(B * H, T, D)
-
-
-def _unrows(x: Tensor, B: int, H: int, like: Tensor) -> Tensor:
-    BH, T, D = x.shape
-    return x.view(B, H, T, D).permute(0, 2, 1, 3).to(like.dtype).contiguous()
 
 
 def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, saved: dict):
@@ -123,39 +114,41 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     mod = load(key)
     name = key.slug()
     B, T, H, Dk = q.shape
-    Dv = v.shape[-1]
     C = key.select.chunk
     n_chunks = triton_cdiv(T, C)
+    full = T // C
     ste = key.select.grad == "ste"
+    local = key.select.local
     do = do.contiguous()
-    delta = (_rows(do) * _rows(o)).sum(-1).contiguous()  # D_i = dO_i . o_i = dL/dG_i
-    gg = (delta * saved["gate"]).contiguous() if ste else delta  # dL/dG_i * G_i
+    # D_i = dO_i . o_i = dL/dG_i, and GG_i = D_i * G_i (STE)
+    delta, gg = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o, saved["gate"] if ste else None)
     cfg = launch.tiles(Dk, q.dtype, train=True)
     bm = _block_m(key, cfg)
-    f32 = dict(dtype=torch.float32, device=q.device)
-    dq_acc = torch.zeros(B * H, T, Dk, **f32)
-    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    getattr(mod, f"{name}_attn_bwd")[(n_chunks, B * H)](
-        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"], gg,
-        dq_acc, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=bm, **common)
-    if not ste:
-        return _unrows(dq_acc, B, H, q), dk, dv
     kbar = saved["kbar"]
-    dq = torch.empty_like(q)
-    getattr(mod, f"{name}_gate_dq")[(triton_cdiv(T, bm), B * H)](
-        q, k, kbar, saved["sel"], saved["lsec"], gg, dq_acc, dq, *launch.strides(q, k, kbar), T, H,
-        BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
-    full = T // C
-    if key.select.score == "mean" and full > 1:  # queries of chunk >= 1 score complete chunks
-        dkbar = torch.zeros(B * H, full, Dk, **f32)
-        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _BLOCK_C), B * H)](
-            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full,
-            BLOCK_M=bm, BLOCK_C=_BLOCK_C, **common)
-        # each key of a complete chunk gets 1/C of its mean key's gradient
-        spread = (dkbar / C).view(B, H, full, 1, Dk).permute(0, 2, 3, 1, 4)
-        dk[:, : full * C] = (dk[:, : full * C].float().view(B, full, C, H, Dk) + spread).view(B, full * C, H, Dk).to(dk.dtype)
-    return dq, dk, dv
+    dkbar = kbar  # placeholder: read only by Approx with the STE
+    if ste and key.select.score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
+        dkbar = torch.zeros(B * H, full, Dk, dtype=torch.float32, device=q.device)
+        split_rows = launch.SPLIT_ROWS if not launch.interpreted() else C
+        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _block_c()), triton_cdiv(T, split_rows), B * H)](
+            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full, split_rows,
+            BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    # dq's two parts (module docstring): the own chunk's into dq, the selected chunk's into dq_sel
+    dq, dq_sel = torch.empty_like(q), torch.empty_like(q)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
+    getattr(mod, f"{name}_attn_bwd")[(B * H, n_chunks)](
+        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"],
+        gg if ste else delta, dkbar, dq, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, full,
+        BLOCK_M=bm, **common)
+    if ste:  # gate_dq adds the gate's part to both and writes dq
+        getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
+            q, k, kbar, saved["gw"], saved["sel"], saved["lsec"], gg, dq, dq_sel, *launch.strides(q, k, kbar), T, H,
+            BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+        return dq, dk, dv
+    if not local:  # every query selected a chunk (its own at least): the selected part is all
+        return dq_sel, dk, dv
+    selected = (saved["sel"] >= 0).view(B, H, T).permute(0, 2, 1)[..., None]  # (B, T, H, 1)
+    return dq + torch.where(selected, dq_sel, 0), dk, dv  # chunk-0 queries selected nothing
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -166,6 +159,6 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     o = torch.empty(B, 1, H, v.shape[-1], dtype=v.dtype, device=v.device)
     kbar = kbar_for(key, k)
     getattr(mod, f"{key.slug()}_decode")[(B * H,)](
-        q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_BLOCK_C,
+        q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_block_c(),
         PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, q.dtype, train=False)))
     return o

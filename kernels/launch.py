@@ -68,11 +68,47 @@ def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
     """(dk/dv kernel, dq kernel) tiles for the element backward: the kernel that holds keys takes
     many keys and few queries per step, the one that holds queries the reverse (the shapes of
     Triton's fused-attention tutorial for Hopper)."""
-    if interpreted() or dtype == torch.float32:
+    if interpreted():  # unequal tiles, as on the GPU: the kernels' diagonal logic is exercised
+        small = dict(num_warps=4, num_stages=1)
+        return dict(BLOCK_M=16, BLOCK_N=32, **small), dict(BLOCK_M=32, BLOCK_N=16, **small)
+    if dtype == torch.float32:
         cfg = tiles(dim, dtype, train=True)
         return cfg, cfg
     return (dict(BLOCK_M=32, BLOCK_N=128, num_warps=4, num_stages=3),
             dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
+
+
+# queries per program of the Approx gate_dkbar kernel (a slice of T; its programs add atomically)
+SPLIT_ROWS = 1024
+
+
+def value_grad_tiles(*, q_dtype: torch.dtype) -> dict:
+    """Tiles of the element value_grad kernel (keys per program, queries per step)."""
+    if interpreted():
+        return dict(BLOCK_M=16, BLOCK_N=16, num_warps=4, num_stages=1)
+    return dict(BLOCK_M=64 if q_dtype == torch.float32 else 128, BLOCK_N=64, num_warps=4, num_stages=2)
+
+
+def delta(kernel, do: Tensor, o: Tensor, gate: Tensor | None = None) -> tuple[Tensor, Tensor | None]:
+    """The backward's pre-pass (codegen/templates/common.jinja: bwd_delta): (D, GG), D (B*H, T)
+    float32 = rowsum(dO * o), read once from (B, T, H, Dv) tensors; GG = D * gate with `gate`
+    (B*H, T), else None."""
+    B, T, H, _ = do.shape
+    block_m = 16 if interpreted() else 64
+    out = torch.empty(B * H, T, dtype=torch.float32, device=do.device)
+    gg = () if gate is None else (gate, torch.empty_like(out))
+    kernel[(-(-T // block_m), B * H)](do, o, out, *gg, *strides(do, o), T, H, BLOCK_M=block_m)
+    return out, (gg[1] if gg else None)
+
+
+def bucket(ids: Tensor, n_buckets: int) -> tuple[Tensor, Tensor]:
+    """Rows grouped by a small id (ids (B*H, T), values -1 .. n_buckets - 1): perm (B*H, T) int32,
+    the rows in order of their id (-1 first, stable: torch.sort, O(T log T)); starts
+    (B*H, n_buckets + 1) int32, where id c's rows begin in perm."""
+    ordered, perm = torch.sort(ids, dim=-1, stable=True)
+    bounds = torch.arange(n_buckets + 1, dtype=ids.dtype, device=ids.device).expand(ids.shape[0], -1)
+    starts = torch.searchsorted(ordered, bounds.contiguous())
+    return perm.to(torch.int32).contiguous(), starts.to(torch.int32).contiguous()
 
 
 def strides(*ts: Tensor) -> list[int]:

@@ -4,6 +4,11 @@ Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd). Each op 
 (meta) implementation, so `torch.compile` traces through a model without graph breaks, and the
 training op has its backward registered with `register_autograd`. The ops take (B, T, H, D)
 contiguous tensors of one dtype; the differentiable entry point is `seqdsl.kernels.top1.run`.
+The training op's extra outputs (what the backward needs) are non-differentiable, and their
+gradients are not materialised: autograd would otherwise pass a zero tensor for each, as large
+as the soft output or GW (the H100 profile showed the zero fills, and the peak memory one
+(B, T, H, D) tensor above what the kernels allocate). `do` is then None only when o got no
+gradient, and the backward returns none.
 
 Shape legend: q, k (B, T, H, Dk); v, o (B, T, H, Dv); per-query rows (B*H, T); N chunks.
 """
@@ -71,15 +76,18 @@ def _element_ops(key: KernelKey) -> Ops:
         _, idx, lse, o_soft = output
         ctx.save_for_backward(q, k, v, idx, lse, o_soft)
         ctx.mark_non_differentiable(idx, lse, o_soft)
+        ctx.set_materialize_grads(False)  # (module docstring)
 
     def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
         return bwd(*ctx.saved_tensors[:3], do, *ctx.saved_tensors[3:])
 
     train.register_autograd(backward, setup_context=setup_context)
     return Ops(infer, train)
 
 
-_CHUNK_SAVED = ("sel", "lsec", "gate", "lse", "perm", "starts")
+_CHUNK_SAVED = ("sel", "lsec", "gate", "gw", "lse", "perm", "starts", "kbar")
 
 
 def _chunk_ops(key: KernelKey) -> Ops:
@@ -96,7 +104,8 @@ def _chunk_ops(key: KernelKey) -> Ops:
         return v.new_empty(*q.shape[:3], v.shape[-1])
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
-    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
+                                                        Tensor]:
         o, saved = chunk.forward(key, q, k, v, with_stats=ste)
         return (o, *(saved[name] for name in _CHUNK_SAVED))
 
@@ -105,13 +114,17 @@ def _chunk_ops(key: KernelKey) -> Ops:
         B, T, H, _ = q.shape
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
         n_chunks = (T + C - 1) // C
-        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape),
-                _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32))
+        gw = torch.empty_like(q) if ste and key.select.score == "max" else q.new_empty(0)
+        kbar = (q.new_empty(B, max(T // C, 1), H, q.shape[-1], dtype=torch.float32) if key.select.score == "mean"
+                else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's shapes
+        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape), gw,
+                _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32),
+                kbar)
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, sel: Tensor, lsec: Tensor, gate: Tensor,
-            lse: Tensor, perm: Tensor, starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, lse, perm, starts)), kbar=chunk.kbar_for(key, k))
+            gw: Tensor, lse: Tensor, perm: Tensor, starts: Tensor, kbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, gw, lse, perm, starts, kbar)))
         return chunk.backward(key, q, k, v, o, do, saved)
 
     @bwd.register_fake
@@ -122,8 +135,11 @@ def _chunk_ops(key: KernelKey) -> Ops:
         o, *saved = output
         ctx.save_for_backward(*inputs, o, *saved)
         ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)  # (module docstring)
 
     def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
         q, k, v, o, *saved = ctx.saved_tensors
         return bwd(q, k, v, o, do, *saved)
 

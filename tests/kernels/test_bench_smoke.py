@@ -23,3 +23,33 @@ def test_benchmark_smoke_mode_writes_rows_json_and_table(tmp_path):
     assert kernels == {"top1_element", "top1_chunk_exact", "top1_chunk_approx"}
     assert all(row["fwd_ms"] > 0 and row["fwdbwd_ms"] > 0 for row in result["rows"])
     assert "| top1_chunk_approx |" in next(tmp_path.glob("bench_top1_smoke_*.md")).read_text()
+
+
+PROFILE = BENCH.parent / "profile_top1.py"
+
+
+@pytest.mark.slow
+def test_profile_smoke_mode_writes_a_case_per_kernel(tmp_path):
+    """benchmarks/profile_top1.py --smoke: every kernel's case profiled (CPU: the torch-op table
+    only, the interpreter's kernels are not CUDA kernels), JSON and tables written."""
+    spec = importlib.util.spec_from_file_location("profile_top1", PROFILE)
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    assert profile.main(["--smoke", "--out", str(tmp_path)]) == 0
+    result = json.loads(next(tmp_path.glob("profile_top1_smoke_*.json")).read_text())
+    cases = {case["kernel"]: case for case in result["cases"]}
+    assert set(cases) == {"top1_element", "top1_chunk_exact", "top1_chunk_approx"}
+    assert all(case["step_ms"] > 0 and any(op["op"] == "aten::empty" for op in case["ops"]) for case in cases.values())
+    assert "| torch op |" in next(tmp_path.glob("profile_top1_smoke_*.md")).read_text()
+
+
+def test_profile_groups_kernels_by_name():
+    spec = importlib.util.spec_from_file_location("profile_top1", PROFILE)
+    profile = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(profile)
+    assert profile.group_of("top1_chunk_e3b4696ebbd5_attn_bwd") == "ours"
+    assert profile.group_of("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "sdpa"
+    assert profile.group_of("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") \
+        == "torch: fill/zeros"
+    assert profile.group_of("void at::native::unrolled_elementwise_kernel<copy_kernel>") == "torch: copy/cast"
+    assert profile._union_us([(0, 2), (1, 3), (5, 6)]) == 4

@@ -45,9 +45,10 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     kernels = {node.name.removeprefix(key.slug() + "_") for node in tree.body if isinstance(node, ast.FunctionDef)}
     sel = key.select
     if sel.over == "element":
-        expected = {"fwd"} | ({"bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
+        expected = {"fwd"} | ({"bwd_delta", "bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
+        expected |= {"value_grad"} if sel.grad == "none" or sel.value_grad == "hard" else set()
     else:
-        expected = {"select", "attn_fwd", "attn_bwd", "decode"}
+        expected = {"select", "attn_fwd", "bwd_delta", "attn_bwd", "decode"}
         expected |= {"attn_local"} if sel.local else set()
         expected |= {"gate_dq"} if sel.grad == "ste" else set()
         expected |= {"gate_dkbar"} if sel.grad == "ste" and sel.score == "mean" else set()

@@ -34,7 +34,7 @@ def make_inputs(B, T, H, dk, dv, *, data: str, magnitude: float, seed: int, dupl
     # a tie between a complete chunk's mean (q . mean k) and the own chunk's partial mean (mean of
     # q . k) is decided by rounding, in the reference as much as in a kernel
     if duplicate and data == "grid" and T > 2:
-        k[:, T // 2:] = k[:, : T - T // 2]
+        k[:, T // 2:] = k[:, : T - T // 2].clone()  # the halves overlap when T is odd
     return [t.to(dtype) for t in (q, k, v, do)]
 
 
@@ -75,6 +75,22 @@ def test_chunk_kernels_match_reference(shape, kind, chunk, length, score, local,
     key = variant("top1_chunk_exact", dk=shape["dk"], dv=shape["dv"], scale=scale, temperature=temperature,
                   chunk=chunk, score=score, local=local, grad=grad)
     assert_matches(key, make_inputs(shape["B"], T, shape["H"], shape["dk"], shape["dv"], **kind))
+
+
+def test_approx_without_local_chunk_with_one_complete_chunk_matches_reference():
+    """T = 2C - 1: one complete chunk, whose mean key the second chunk's queries score against
+    their own partial chunk. The mean-key gradient was once skipped there (dk off by 5e-2)."""
+    key = variant("top1_chunk_exact", dk=16, dv=32, chunk=16, score="mean", local=False)
+    assert_matches(key, make_inputs(2, 31, 2, 16, 32, data="float", magnitude=1.0, seed=31, duplicate=False))
+
+
+def test_element_value_gradient_when_most_queries_choose_one_key():
+    """A "sink" key that nearly every query selects: the hard value gradient's segment for it
+    spans many query tiles (value_grad kernel), the others are short or empty."""
+    key = variant("top1_element", dk=16, dv=32)
+    q, k, v, do = make_inputs(2, 70, 2, 16, 32, data="float", magnitude=1.0, seed=70, duplicate=False)
+    k[:, 3] = 50 * q.mean(1)
+    assert_matches(key, [q, k, v, do])
 
 
 @pytest.mark.parametrize("spec", ["top1_element", "top1_chunk_exact", "top1_chunk_approx"])
@@ -143,7 +159,8 @@ def test_model_compiles_without_graph_breaks():
     """torch.compile(fullgraph=True) traces the planner's call, top1.run(key, ...), through the
     custom ops (forward and autograd) in one graph, once the key has been bound; the same code
     compiled for a second key (both bound first) runs that key's kernels, not the first's."""
-    keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16)]
+    keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16),
+            variant("top1_chunk_approx", dk=16, dv=16, chunk=16)]
     kernels = [top1.bind(key) for key in keys]
     for key, kernel in zip(keys, kernels):
         q, k, v, _ = make_inputs(1, 20, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False)

@@ -21,14 +21,16 @@ NO_CHUNK = tl.constexpr(2147483647)
 
 
 @triton.jit
-def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE,
+def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H,
         WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries (one chunk's worth or less) of one (batch, head). Writes the
     selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -72,8 +74,10 @@ def top1_chunk_e3b4696ebbd5_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """One program: key chunk c of one (batch, head). Softmax attention of every query that
     selected chunk c (gathered through PERM) over it: the partial output and log-sum-exp, which attn_local merges with the local chunk's."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)
@@ -141,14 +145,33 @@ def top1_chunk_e3b4696ebbd5_attn_local(Q, K, V, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
-        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
-        T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
-    DQ_ACC, float32), and dk, dv of its keys.
-    ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
-    c = tl.program_id(0)
+def top1_chunk_e3b4696ebbd5_bwd_delta(DO, O, DELTA, GATE, GG, sdb, sdt, sdh, sob, sot, soh, T, H, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M rows of one (batch, head). DELTA_i = dO_i . O_i (float32), GG_i = DELTA_i * GATE_i."""
+    pid = tl.program_id(0)
     bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T
+    offs_v = tl.arange(0, DV)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], mask=live[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * T + rows, delta, mask=live)
+    tl.store(GG + bh * T + rows, delta * tl.load(GATE + bh * T + rows, mask=live, other=0.0), mask=live)
+
+
+@triton.jit
+def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DKBAR, DQ, DQ_SEL, DK_OUT, DV_OUT,
+        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
+        T_K, H, N_CHUNKS, N_FULL, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    """One program: key chunk c of one (batch, head). dq parts of the queries attending it (DQ:
+    its own queries', DQ_SEL: those that selected it), and dk, dv of its keys.
+    ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)
@@ -171,8 +194,9 @@ def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -192,25 +216,32 @@ def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
+    dk_out = dk_acc * GRAD_SCALE
+    # the gate's gradient into this chunk's mean key (gate_dkbar, run first), 1/C onto each key
+    dkbar = tl.load(DKBAR + (bh * N_FULL + c) * DK + offs_k, mask=(offs_k < DK) & (c < N_FULL), other=0.0)
+    dk_out += dkbar[None, :] / CHUNK
     # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 
 @triton.jit
-def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
+def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
-    candidate's score (the own chunk's partial mean is in attn_bwd): GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
-    added to attn_bwd's part (DQ_ACC) and written to dq (B, T, H, DK)."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every candidate's
+    score, GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i over the earlier chunks' mean keys (the own chunk's partial mean is in attn_bwd),
+    added to attn_bwd's parts (DQ, DQ_SEL) and written to DQ (B, T, H, DK)."""
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -218,12 +249,12 @@ def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
     pos = rows
     c_own = (pid * BLOCK_M) // CHUNK
     offs_k = tl.arange(0, DK)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]  # q, dq, GW share strides
     gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
-    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
+    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    q32 = q.to(tl.float32)
+    q32 = tl.load(Q + dq_rows, mask=live[:, None], other=0.0).to(tl.float32)
     for c0 in range(0, c_own, BLOCK_C):
         cids = c0 + tl.arange(0, BLOCK_C)
         kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < c_own, other=0.0)
@@ -231,26 +262,32 @@ def top1_chunk_e3b4696ebbd5_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
         cand = (cids[None, :] < c_own) & live[:, None]
         dscore = tl.where(cand, gg[:, None] * ((sel[:, None] == cids[None, :]).to(tl.float32) - tl.exp2(z2 - lsec[:, None])), 0.0)
         dq_acc += tl.dot(dscore, kb, input_precision=PREC)
-    parts = tl.load(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0)
-    tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq_acc * GRAD_SCALE + parts, mask=live[:, None])
+    dq_acc = dq_acc * GRAD_SCALE + tl.load(DQ_SEL + dq_rows, mask=live[:, None] & (sel[:, None] >= 0), other=0.0)
+    dq_acc += tl.load(DQ + dq_rows, mask=live[:, None], other=0.0)  # the own chunk's part
+    tl.store(DQ + dq_rows, dq_acc, mask=live[:, None])
 
 
 @triton.jit
 def top1_chunk_e3b4696ebbd5_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
         sqb, sqt, sqh, sbb, sbt, sbh,
-        T_K, H, N_FULL, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_C complete chunks of one (batch, head). The gate's gradient into their
-    mean keys, GRAD_SCALE * sum_i dscore_ic q_i over the queries that had them as candidates
-    (spread onto the chunk's keys, / C each, outside)."""
+        T_K, H, N_FULL, SPLIT_ROWS, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
+    """One program: BLOCK_C complete chunks of one (batch, head) and one slice of SPLIT_ROWS
+    queries. The gate's gradient into their mean keys, GRAD_SCALE * sum_i dscore_ic q_i over the
+    slice's queries that had them as candidates, added (float32 atomics: one per slice) into
+    DKBAR, zeroed first; attn_bwd spreads it onto the chunk's keys, / C each. The slices keep the
+    programs many and short at every T (one program per chunk tile looped over all T)."""
     pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    split = tl.program_id(1)
+    bh = tl.program_id(2)
     b = bh // H
     h = bh % H
     cids = pid * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_k = tl.arange(0, DK)
     kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < N_FULL, other=0.0)
     acc = tl.zeros([BLOCK_C, DK], tl.float32)
-    for r0 in range((pid * BLOCK_C + 1) * CHUNK, T_K, BLOCK_M):  # queries after the first chunk
+    lo = tl.maximum((pid * BLOCK_C + 1) * CHUNK, split * SPLIT_ROWS)  # queries after the first chunk
+    hi = tl.minimum(T_K, (split + 1) * SPLIT_ROWS)
+    for r0 in range(lo, hi, BLOCK_M):
         rows = r0 + tl.arange(0, BLOCK_M)
         live = rows < T_K
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0).to(tl.float32)
@@ -261,7 +298,9 @@ def top1_chunk_e3b4696ebbd5_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
         cand = (cids[None, :] < (rows // CHUNK)[:, None]) & live[:, None] & (cids[None, :] < N_FULL)
         dscore = tl.where(cand, gg[:, None] * ((sel[:, None] == cids[None, :]).to(tl.float32) - tl.exp2(z2 - lsec[:, None])), 0.0)
         acc += tl.dot(tl.trans(dscore), q, input_precision=PREC)
-    tl.store(DKBAR + (bh * N_FULL + cids[:, None]) * DK + offs_k[None, :], acc * GRAD_SCALE, mask=cids[:, None] < N_FULL)
+    if lo < hi:  # a slice wholly before these chunks' first candidate query adds nothing
+        tl.atomic_add(DKBAR + (bh * N_FULL + cids[:, None]) * DK + offs_k[None, :], acc * GRAD_SCALE,
+                      mask=cids[:, None] < N_FULL)
 
 
 @triton.jit

@@ -21,14 +21,16 @@ NO_CHUNK = tl.constexpr(2147483647)
 
 
 @triton.jit
-def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
+def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H,
         WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries (one chunk's worth or less) of one (batch, head). Writes the
-    selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    selected chunk, and with WITH_STATS the candidates' log-sum-exp and the gate G, and GW (B, T, H, DK), the gate's dq direction kb_sel - sum_c pi_c kb_c."""
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -43,17 +45,29 @@ def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
     if WITH_STATS:  # running log-sum-exp of the candidates' scores (for the gate G)
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
+        # and the gate's dq direction (the STE's dq through G, folded into the scan): with kb_c the
+        # best key of chunk c (shared equally among exact ties), dq_gate_i = GRAD_SCALE * GG_i *
+        # (kb_sel - sum_c pi_c kb_c); kb_sel and the running softmax-weighted sum u_run are kept
+        u_run = tl.zeros([BLOCK_M, DK], tl.float32)
+        kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
         kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
-        raw = tl.max(tl.dot(q, kt, input_precision=PREC), 1)  # the chunk's best key
-        sel = tl.where(raw > best, c, sel)
-        best = tl.maximum(best, raw)
+        s_tile = tl.dot(q, kt, input_precision=PREC)
+        raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
+            tie = (s_tile == raw[:, None]).to(tl.float32)
+            kb = tl.dot((tie / tl.sum(tie, 1)[:, None]).to(kt.dtype), tl.trans(kt), input_precision=PREC)
+            kb_sel = tl.where((raw > best)[:, None], kb, kb_sel)
             score = raw * FACTOR
             m_new = tl.maximum(m_run, score)
-            z_run = z_run * tl.exp2(m_run - m_new) + tl.exp2(score - m_new)
+            alpha = tl.exp2(m_run - m_new)
+            weight = tl.exp2(score - m_new)
+            z_run = z_run * alpha + weight
+            u_run = u_run * alpha[:, None] + weight[:, None] * kb
             m_run = m_new
+        sel = tl.where(raw > best, c, sel)
+        best = tl.maximum(best, raw)
     best = best * FACTOR  # in log2 units from here on, like every other score
 
     tl.store(SEL + bh * T_Q + rows, sel, mask=live)
@@ -61,6 +75,8 @@ def top1_chunk_2c0310c1e891_select(Q, K, KBAR, SEL, LSEC, GATE,
         lsec = tl.where(z_run > 0, m_run + tl.log2(z_run), float("-inf"))
         tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
         tl.store(GATE + bh * T_Q + rows, tl.where(sel >= 0, tl.exp2(best - lsec), 0.0), mask=live)
+        gw = kb_sel - u_run / tl.where(z_run > 0, z_run, 1.0)[:, None]  # 0 with no candidate
+        tl.store(GW + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], gw, mask=live[:, None])
 
 
 @triton.jit
@@ -69,8 +85,10 @@ def top1_chunk_2c0310c1e891_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """One program: key chunk c of one (batch, head). Softmax attention of every query that
     selected chunk c (gathered through PERM) over it: the partial output and log-sum-exp, which attn_local merges with the local chunk's."""
-    c = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)
@@ -138,14 +156,33 @@ def top1_chunk_2c0310c1e891_attn_local(Q, K, V, OS, LSES, O, LSE,
 
 
 @triton.jit
-def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DQ_ACC, DK_OUT, DV_OUT,
-        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
-        T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). dq of the queries attending it (added to
-    DQ_ACC, float32), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
-    ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
-    c = tl.program_id(0)
+def top1_chunk_2c0310c1e891_bwd_delta(DO, O, DELTA, GATE, GG, sdb, sdt, sdh, sob, sot, soh, T, H, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M rows of one (batch, head). DELTA_i = dO_i . O_i (float32), GG_i = DELTA_i * GATE_i."""
+    pid = tl.program_id(0)
     bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T
+    offs_v = tl.arange(0, DV)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], mask=live[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * T + rows, delta, mask=live)
+    tl.store(GG + bh * T + rows, delta * tl.load(GATE + bh * T + rows, mask=live, other=0.0), mask=live)
+
+
+@triton.jit
+def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL, LSEC, GG, DKBAR, DQ, DQ_SEL, DK_OUT, DV_OUT,
+        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
+        T_K, H, N_CHUNKS, N_FULL, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
+    """One program: key chunk c of one (batch, head). dq parts of the queries attending it (DQ:
+    its own queries', DQ_SEL: those that selected it), and dk, dv of its keys, including the gate's gradient into the chunk's best key.
+    ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i; LSE is the total over the attended keys."""
+    # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
+    # a chunk's work shrinks with its position
+    bh = tl.program_id(0)
+    c = tl.program_id(1)
     b = bh // H
     h = bh % H
     offs_k = tl.arange(0, DK)
@@ -168,8 +205,9 @@ def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -189,8 +227,9 @@ def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
-        # a query's dq has two parts (its own chunk's program, its selected chunk's): both add
-        tl.atomic_add(DQ_ACC + (bh * T_K + sq[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
+        # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
+        # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
+        tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
@@ -214,20 +253,23 @@ def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         count = tl.sum(tie.to(tl.float32), 1)
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    dk_out = dk_acc * GRAD_SCALE
     # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 
 @triton.jit
-def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
+def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every earlier
-    candidate's score: GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i,
-    added to attn_bwd's part (DQ_ACC) and written to dq (B, T, H, DK)."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    """One program: BLOCK_M queries of one (batch, head). dq of the gate through every candidate's
+    score, GRAD_SCALE * sum_c dscore_ic * d(score_ic)/dq_i = GRAD_SCALE * GG_i * GW_i (the selection scan kept GW),
+    added to attn_bwd's parts (DQ, DQ_SEL) and written to DQ (B, T, H, DK)."""
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -235,26 +277,13 @@ def top1_chunk_2c0310c1e891_gate_dq(Q, K, KBAR, SEL, LSEC, GG, DQ_ACC, DQ,
     pos = rows
     c_own = (pid * BLOCK_M) // CHUNK
     offs_k = tl.arange(0, DK)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+    dq_rows = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]  # q, dq, GW share strides
     gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
-    lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
     sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
-    dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    for c in range(0, c_own):
-        cols = c * CHUNK + tl.arange(0, CHUNK)
-        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        vis = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None]
-        z2 = tl.where(vis, z2, float("-inf"))
-        score = tl.max(z2, 1)
-        pi = tl.exp2(score - lsec)
-        dscore = tl.where(live & (score > float("-inf")), gg * ((sel == c).to(tl.float32) - pi), 0.0)
-        tie = vis & (z2 == score[:, None])
-        count = tl.sum(tie.to(tl.float32), 1)
-        ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
-        dq_acc += tl.dot(ds.to(kc.dtype), kc, input_precision=PREC)
-    parts = tl.load(DQ_ACC + (bh * T_K + rows[:, None]) * DK + offs_k[None, :], mask=live[:, None], other=0.0)
-    tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq_acc * GRAD_SCALE + parts, mask=live[:, None])
+    dq_acc = gg[:, None] * tl.load(GW + dq_rows, mask=live[:, None], other=0.0).to(tl.float32)
+    dq_acc = dq_acc * GRAD_SCALE + tl.load(DQ_SEL + dq_rows, mask=live[:, None] & (sel[:, None] >= 0), other=0.0)
+    dq_acc += tl.load(DQ + dq_rows, mask=live[:, None], other=0.0)  # the own chunk's part
+    tl.store(DQ + dq_rows, dq_acc, mask=live[:, None])
 
 
 @triton.jit
@@ -280,17 +309,29 @@ def top1_chunk_2c0310c1e891_decode(Q, K, V, KBAR, O,
     if WITH_STATS:  # running log-sum-exp of the candidates' scores (for the gate G)
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
+        # and the gate's dq direction (the STE's dq through G, folded into the scan): with kb_c the
+        # best key of chunk c (shared equally among exact ties), dq_gate_i = GRAD_SCALE * GG_i *
+        # (kb_sel - sum_c pi_c kb_c); kb_sel and the running softmax-weighted sum u_run are kept
+        u_run = tl.zeros([BLOCK_M, DK], tl.float32)
+        kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
         kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
-        raw = tl.max(tl.dot(q, kt, input_precision=PREC), 1)  # the chunk's best key
-        sel = tl.where(raw > best, c, sel)
-        best = tl.maximum(best, raw)
+        s_tile = tl.dot(q, kt, input_precision=PREC)
+        raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
+            tie = (s_tile == raw[:, None]).to(tl.float32)
+            kb = tl.dot((tie / tl.sum(tie, 1)[:, None]).to(kt.dtype), tl.trans(kt), input_precision=PREC)
+            kb_sel = tl.where((raw > best)[:, None], kb, kb_sel)
             score = raw * FACTOR
             m_new = tl.maximum(m_run, score)
-            z_run = z_run * tl.exp2(m_run - m_new) + tl.exp2(score - m_new)
+            alpha = tl.exp2(m_run - m_new)
+            weight = tl.exp2(score - m_new)
+            z_run = z_run * alpha + weight
+            u_run = u_run * alpha[:, None] + weight[:, None] * kb
             m_run = m_new
+        sel = tl.where(raw > best, c, sel)
+        best = tl.maximum(best, raw)
     best = best * FACTOR  # in log2 units from here on, like every other score
 
     chosen = tl.max(tl.where(live, sel, -1), 0)  # the query's selected chunk (-1: none)

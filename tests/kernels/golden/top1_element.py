@@ -4,7 +4,7 @@
 #
 # Legend: z2_ij = (q_i . k_j) * FACTOR is the logit s_ij / tau in log2 units; a query at position
 # i sees key j when j <= i (causal). Shapes: q, k (B, T, H, DK); v, o (B, T, H, DV);
-# IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H, DV) float32 = the soft output p @ v.
+# IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H, DV) = the soft output p @ v (input dtype).
 import triton
 import triton.language as tl
 
@@ -23,8 +23,10 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
         WITH_SOFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). Online max / arg-max over key tiles;
     WITH_SOFT (training) also keeps the log-sum-exp and the soft output p @ v for the STE."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -85,7 +87,52 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
     if WITH_SOFT:
         tl.store(LSE + bh * T_Q + rows, best * FACTOR + tl.log2(denom), mask=live)
         tl.store(OSOFT + ((b * T_Q + rows[:, None]) * H + h) * DV + offs_v[None, :],
-                 acc / denom[:, None], mask=live[:, None])
+                 (acc / denom[:, None]).to(OSOFT.dtype.element_ty), mask=live[:, None])
+
+
+@triton.jit
+def top1_element_b03bb576b82d_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
+        sdb, sdt, sdh, svb, svt, svh, T, H, N_BLOCKS,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    """One program: BLOCK_N keys of one (batch, head). The hard value gradient dv_j = sum of dO_i
+    over the queries i whose arg-max is j. PERM lists the queries by arg-max block (STARTS: where
+    each block's begin), so a program reads only the queries that chose one of its keys and sums
+    them onto their key with a one-hot product (exact, float32 accumulation); each row of dv is
+    written once: no atomics, no float32 buffer."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_v = tl.arange(0, DV)
+    acc = tl.zeros([BLOCK_N, DV], tl.float32)
+    start = tl.load(STARTS + bh * (N_BLOCKS + 1) + pid)
+    end = tl.load(STARTS + bh * (N_BLOCKS + 1) + pid + 1)
+    for r0 in range(start, end, BLOCK_M):
+        ids = r0 + tl.arange(0, BLOCK_M)
+        live = ids < end
+        rows = tl.load(PERM + bh * T + ids, mask=live, other=0)
+        chosen = tl.load(IDX + bh * T + rows, mask=live, other=-1)
+        do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+        onehot = (cols[:, None] == chosen[None, :]).to(do.dtype)
+        acc += tl.dot(onehot, do, input_precision=PREC)
+    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)
+
+
+@triton.jit
+def top1_element_b03bb576b82d_bwd_delta(DO, O, DELTA, sdb, sdt, sdh, sob, sot, soh, T, H, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M rows of one (batch, head). DELTA_i = dO_i . O_i (float32)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T
+    offs_v = tl.arange(0, DV)
+    do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], mask=live[:, None], other=0.0)
+    delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+    tl.store(DELTA + bh * T + rows, delta, mask=live)
 
 
 @triton.jit
@@ -94,8 +141,10 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
         T, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_N keys of one (batch, head), looping over the queries that see them.
     ds_ij = p_ij (dO_i . v_j - D_i) (times GRAD_SCALE at the end), D_i = dO_i . (p @ v)_i."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block 0, then block 1):
+    # a block's work shrinks with its position
+    bh = tl.program_id(0)
+    pid = tl.program_id(1)
     b = bh // H
     h = bh % H
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -104,8 +153,10 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
     k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
     v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
     dk_acc = tl.zeros([BLOCK_N, DK], tl.float32)
+    # query tiles overlapping the key block's diagonal are masked; the later ones (BLOCK_M divides
+    # BLOCK_N) see every key of the block and need no mask (a partial last key block has none)
     first = (pid * BLOCK_N // BLOCK_M) * BLOCK_M  # queries before the first key see none of them
-    for start in range(first, T, BLOCK_M):
+    for start in range(first, tl.minimum((pid + 1) * BLOCK_N, T), BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         pos = rows
         live = rows < T
@@ -119,6 +170,21 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
         dp = tl.dot(do, tl.trans(v), input_precision=PREC)
         ds = p * (dp - delta[:, None])
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    for start in range((pid + 1) * BLOCK_N, T, BLOCK_M):
+        rows = start + tl.arange(0, BLOCK_M)
+        pos = rows
+        live = rows < T
+        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+        lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
+        delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
+        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
+        # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
+        # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
+        p = tl.exp2(z2 - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
     tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE,
              mask=cols[:, None] < T)
 
@@ -128,8 +194,10 @@ def top1_element_b03bb576b82d_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
         T, H, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head); dq_i = GRAD_SCALE * sum_j ds_ij k_j."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -142,7 +210,20 @@ def top1_element_b03bb576b82d_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
     lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
     delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
     dq_acc = tl.zeros([BLOCK_M, DK], tl.float32)
-    for start in range(0, (pid + 1) * BLOCK_M, BLOCK_N):
+    # key tiles wholly before the block's first query need no mask; the rest up to its last do
+    n_free = (pid * BLOCK_M + 1) // BLOCK_N
+    for start in range(0, n_free * BLOCK_N, BLOCK_N):
+        cols = start + tl.arange(0, BLOCK_N)
+        k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :])
+        v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :])
+        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
+        # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
+        # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
+        p = tl.exp2(z2 - lse[:, None])
+        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
+        ds = p * (dp - delta[:, None])
+        dq_acc += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
+    for start in range(n_free * BLOCK_N, (pid + 1) * BLOCK_M, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
         k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
         v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)

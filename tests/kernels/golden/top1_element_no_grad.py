@@ -4,7 +4,7 @@
 #
 # Legend: z2_ij = (q_i . k_j) * FACTOR is the logit s_ij / tau in log2 units; a query at position
 # i sees key j when j <= i (causal). Shapes: q, k (B, T, H, DK); v, o (B, T, H, DV);
-# IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H, DV) float32 = the soft output p @ v.
+# IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H, DV) = the soft output p @ v (input dtype).
 import triton
 import triton.language as tl
 
@@ -23,8 +23,10 @@ def top1_element_4a6b2d2fa189_fwd(Q, K, V, O, IDX, LSE, OSOFT,
         WITH_SOFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). Online max / arg-max over key tiles
     (no gradient reaches q or k: no softmax is ever needed)."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
+    # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
+    # block): a block's work grows with its position, so the block order is reversed
+    bh = tl.program_id(0)
+    pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -67,3 +69,32 @@ def top1_element_4a6b2d2fa189_fwd(Q, K, V, O, IDX, LSE, OSOFT,
     o = tl.load(V + b * svb + h * svh + idx[:, None] * svt + offs_v[None, :], mask=live[:, None], other=0.0)
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], o, mask=live[:, None])
     tl.store(IDX + bh * T_Q + rows, idx, mask=live)
+
+
+@triton.jit
+def top1_element_4a6b2d2fa189_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
+        sdb, sdt, sdh, svb, svt, svh, T, H, N_BLOCKS,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+    """One program: BLOCK_N keys of one (batch, head). The hard value gradient dv_j = sum of dO_i
+    over the queries i whose arg-max is j. PERM lists the queries by arg-max block (STARTS: where
+    each block's begin), so a program reads only the queries that chose one of its keys and sums
+    them onto their key with a one-hot product (exact, float32 accumulation); each row of dv is
+    written once: no atomics, no float32 buffer."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_v = tl.arange(0, DV)
+    acc = tl.zeros([BLOCK_N, DV], tl.float32)
+    start = tl.load(STARTS + bh * (N_BLOCKS + 1) + pid)
+    end = tl.load(STARTS + bh * (N_BLOCKS + 1) + pid + 1)
+    for r0 in range(start, end, BLOCK_M):
+        ids = r0 + tl.arange(0, BLOCK_M)
+        live = ids < end
+        rows = tl.load(PERM + bh * T + ids, mask=live, other=0)
+        chosen = tl.load(IDX + bh * T + rows, mask=live, other=-1)
+        do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
+        onehot = (cols[:, None] == chosen[None, :]).to(do.dtype)
+        acc += tl.dot(onehot, do, input_precision=PREC)
+    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)
