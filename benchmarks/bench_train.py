@@ -64,6 +64,7 @@ def _sync(device: torch.device) -> None:
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
                compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False) -> dict:
+    torch._dynamo.reset()  # each spec compiles afresh: guards of earlier specs' models must not count
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
     torch.manual_seed(0)

@@ -150,6 +150,15 @@ class LanguageModel(nn.Module):
             new_state.append(s)
         return self.head(self.norm(x)), new_state
 
+    def training_logits(self, tokens: Tensor) -> Tensor:
+        """(B, T, V) logits of whole sequences from position 0, no state carried in or out: the
+        forward training runs, written as one plain function so `torch.compile` traces the whole
+        model as one graph (seqdsl/train/step.py). Equals forward(tokens)[0], without its checks."""
+        x = self.embed(tokens)
+        for block in self.blocks:
+            x, _ = block(x, BlockState())
+        return self.head(self.norm(x))
+
     def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:
         logits, _ = self(tokens)
         return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())

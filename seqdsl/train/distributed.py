@@ -98,7 +98,7 @@ def wrap_model(lm: nn.Module, loss: nn.Module, d: Dist, parallel: str, device: t
         return Parallel(ddp, lm, "ddp")
     if parallel != "fsdp":
         raise ValueError(f"parallel must be ddp or fsdp, not {parallel!r}")  # the config admits no other
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard, register_fsdp_forward_method
 
     # FSDP2 warns when a sharded module returns a view (Linear's 3-D output, cached keys in the
     # mixer state): an in-place op on it would skip the backward all-gather. Nothing here writes
@@ -113,4 +113,7 @@ def wrap_model(lm: nn.Module, loss: nn.Module, d: Dist, parallel: str, device: t
         # The last block's parameters would be gathered again at once for the backward (torchtitan).
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < last)
     fully_shard(lm, mp_policy=policy)
+    # the compiled training step calls training_logits, not forward: FSDP2's root hooks (gather
+    # the embedding, final norm and head) must run around it too
+    register_fsdp_forward_method(lm, "training_logits")
     return Parallel(loss, lm, "fsdp")

@@ -25,20 +25,24 @@ from seqdsl.train.device import autocast
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:
     """Mean cross-entropy: (M, T, V) logits, (M, T) targets -> (). The logits are taken to float32
     for the softmax; compiled, the cast, log-softmax and gather fuse instead of materialising
-    float32 copies of a 50K-wide vocabulary (on an H100 this was most of the gap between 19% and
-    33% MFU for Transformer++ at 110m: benchmarks/profile_train.py)."""
+    float32 copies of a 50K-wide vocabulary."""
     return F.cross_entropy(logits.float().flatten(0, 1), targets.flatten())
 
 
 class CausalLoss(nn.Module):
     """Mean next-token cross-entropy of a LanguageModel: the module a data-parallel wrapper wraps
-    (its forward is what DDP hooks), so gradients are averaged over processes. It calls the model's
-    own forward, so FSDP2's hooks on the model (gathering the embedding, final norm and head) run.
+    (its forward is what DDP hooks), so gradients are averaged over processes. Eager, it calls the
+    model's own forward (with its checks), so FSDP2's hooks on the model (gathering the embedding,
+    final norm and head) run.
 
-    `compile=True` compiles each block separately (as torchtitan does: compiling the whole LM
-    fails on torch 2.11) and the cross-entropy over the logits. `cuda_graphs=True` compiles them
-    with mode "reduce-overhead": each piece is replayed as a CUDA graph (on a GPU; torch.compile
-    warns and runs without graphs elsewhere)."""
+    `compile=True` compiles the whole step's forward, `LanguageModel.training_logits` and the
+    cross-entropy, as one function. Compiling each Block on its own (torchtitan's way) made
+    dynamo recompile `Block.forward` for every block instance and run the blocks past its
+    recompile limit (8) eagerly, and left the head and the float32 cross-entropy uncompiled: on
+    an H100 the whole-model graph trained Transformer++ at 110m 1.6x faster
+    (benchmarks/profile_train.py). `cuda_graphs=True` compiles it with mode "reduce-overhead":
+    the graph is replayed as a CUDA graph (on a GPU; torch.compile warns and runs without graphs
+    elsewhere). Call `lm.plan_paths` first: planning cannot be traced."""
 
     def __init__(self, lm: nn.Module, *, compile: bool = False, cuda_graphs: bool = False):
         super().__init__()
@@ -46,20 +50,22 @@ class CausalLoss(nn.Module):
             raise ValueError("cuda_graphs needs compile")
         self.lm = lm
         self.cuda_graphs = cuda_graphs
-        self.head_loss: Callable[..., Tensor] = next_token_loss
+        self.compiled: Callable[[Tensor, Tensor], Tensor] | None = None
         if compile:
-            mode = "reduce-overhead" if cuda_graphs else None
-            for block in lm.blocks:
-                block.compile(mode=mode)
-            self.head_loss = torch.compile(next_token_loss, mode=mode)
+            self.compiled = torch.compile(self._whole_loss, mode="reduce-overhead" if cuda_graphs else None)
+
+    def _whole_loss(self, inputs: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(self.lm.training_logits(inputs), targets)
 
     def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
+        if self.compiled is None:
+            logits, _ = self.lm(inputs)
+            return next_token_loss(logits, targets)
         if self.cuda_graphs:
             # each micro batch is a new generation of graph replays: the previous one's outputs
             # (its loss, read by then) may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        logits, _ = self.lm(inputs)
-        return self.head_loss(logits, targets)
+        return self.compiled(inputs, targets)
 
 
 def training_step(loss_fn: nn.Module, params: Iterable[Tensor], rows: Tensor, micro: int, *,

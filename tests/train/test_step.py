@@ -16,7 +16,7 @@ from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.train import optim
 from seqdsl.train.config import RunConfig
-from seqdsl.train.step import CausalLoss, apply_update, next_token_loss, training_step
+from seqdsl.train.step import CausalLoss, apply_update, training_step
 from tests.train.helpers import MICRO_SPEC
 
 
@@ -112,12 +112,17 @@ def test_apply_update_steps_and_drops_the_gradients():
     assert not torch.equal(before, lm.embed.weight) and all(p.grad is None for p in lm.parameters())
 
 
-def test_compile_compiles_every_block_and_the_loss_head():
+def test_compile_compiles_the_whole_model_and_loss_as_one_function():
     lm = micro_lm()
     loss_fn = CausalLoss(lm, compile=True)  # compiles lazily: nothing runs here
-    assert getattr(loss_fn.head_loss, "_torchdynamo_orig_callable", None) is next_token_loss
-    assert all(getattr(block, "_compiled_call_impl", None) is not None for block in lm.blocks)
-    assert CausalLoss(micro_lm()).head_loss is next_token_loss
+    assert getattr(loss_fn.compiled, "_torchdynamo_orig_callable", None) == loss_fn._whole_loss
+    assert CausalLoss(micro_lm()).compiled is None
+
+
+def test_training_logits_equal_the_forward_logits():
+    lm = micro_lm()
+    x = rows()[:, :-1]
+    assert torch.equal(lm.training_logits(x), lm(x)[0])
 
 
 @pytest.mark.slow
