@@ -58,9 +58,11 @@ def time_variant(args, device: torch.device, variant: str) -> tuple[dict, object
     program, spec = resized.program, resized.model.model_copy(update={"context": args.seq})
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
+    amp = autocast_dtype(config.dtype, device)
+    if config.compile:
+        lm.plan_paths(device, amp)  # as seqdsl train does: planning cannot be traced
     loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
     opt = optimizer_for(lm, config)
-    amp = autocast_dtype(config.dtype, device)
 
     def step(x):
         stats = training_step(loss_fn, lm.parameters(), x, x.shape[0], autocast_dtype=amp, clip=config.clip)

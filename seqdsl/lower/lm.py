@@ -72,6 +72,12 @@ class BlockState:
     shift: Tensor | None = None  # rwkv7 channel-mix token shift
 
 
+# The state of a block before its first token. A module-level instance, not one built per call:
+# dynamo cannot build this dataclass inside a traced loop (a graph break that sends the whole
+# compiled training step back to eager), but it can read a global.
+_FRESH = BlockState()
+
+
 class Block(nn.Module):
     def __init__(self, mixer: nodes.Mixer, model: nodes.Model, layer: int = 0):
         super().__init__()
@@ -156,7 +162,7 @@ class LanguageModel(nn.Module):
         model as one graph (seqdsl/train/step.py). Equals forward(tokens)[0], without its checks."""
         x = self.embed(tokens)
         for block in self.blocks:
-            x, _ = block(x, BlockState())
+            x, _ = block(x, _FRESH)
         return self.head(self.norm(x))
 
     def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:

@@ -159,3 +159,20 @@ def test_optimizer_for_takes_the_run_configs_settings():
     assert [g["weight_decay"] for g in opt.param_groups] == [0.3, 0.0]
     assert opt.defaults["lr"] == 0.02 and opt.defaults["betas"] == (0.8, 0.9)
     assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
+
+
+@pytest.mark.parametrize("name", ["transformer", "top1_chunk_approx", "mamba2"])
+def test_the_compiled_step_traces_as_one_graph(name):
+    """A graph break inside the block loop sends the whole compiled step back to eager (this
+    happened: a state dataclass built per block); planned paths, the step traces whole."""
+    import seqdsl
+    from seqdsl.ir.presets import model_at
+
+    resized = model_at(seqdsl.load(Path(__file__).resolve().parents[2] / "specs" / f"{name}.seq").program,
+                       preset="tiny")
+    lm = LanguageModel(resized.program, resized.model)
+    lm.plan_paths("cpu")
+    x = torch.randint(0, resized.model.vocab, (2, 17), generator=torch.Generator().manual_seed(0))
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(CausalLoss(lm)._whole_loss)(x[:, :-1], x[:, 1:])
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
