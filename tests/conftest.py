@@ -17,6 +17,12 @@ import os
 import pytest
 from hypothesis import settings
 
+# Under pytest-xdist (the README's `-n 2`) each worker runs torch on one intra-op thread: the
+# tests' tensors are small, and two workers with two threads each on 2 cores only contend (an
+# explicit OMP_NUM_THREADS wins). Set before any test module imports torch.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 settings.register_profile("ci", max_examples=25, deadline=None)
 settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
