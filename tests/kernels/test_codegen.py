@@ -12,8 +12,6 @@ import ast
 import dataclasses
 import itertools
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ import pytest
 from seqdsl import codegen
 from seqdsl.cli.main import main
 from seqdsl.ir import support
+from tests.fresh_imports import heavy_imports
 from tests.kernels.keys import SPECS, spec_key, variant
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -123,9 +122,4 @@ def test_cli_reports_a_missing_file_in_one_line(tmp_path, capsys):
 
 
 def test_codegen_imports_neither_torch_nor_triton():
-    code = ("import sys, seqdsl.codegen, seqdsl.cli.codegen; from tests.kernels.keys import spec_key; "
-            "seqdsl.codegen.render(spec_key('top1_chunk_approx')); "
-            "print(sorted(m for m in ('torch', 'triton') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         cwd=Path(__file__).resolve().parents[2])
-    assert out.stdout.strip() == "[]"
+    assert heavy_imports("codegen", ("torch", "triton"))[0] == []

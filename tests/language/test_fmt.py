@@ -57,7 +57,7 @@ def test_comments_move_with_their_assignment_when_reordered():
 _comment_text = st.from_regex(r"# [a-z ]{0,12}", fullmatch=True)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(deadline=None)  # examples: the hypothesis profile's (tests/conftest.py)
 @given(module=modules, data=st.data())
 def test_random_comments_survive_formatting(module, data):
     lines = format_module(module).splitlines()

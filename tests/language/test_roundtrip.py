@@ -48,14 +48,14 @@ def test_program_prints_non_defaults_only():
         "mixer a {\n    heads = 12\n    weights = softmax(temperature=0.5)\n}\n")
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # examples: the profile's
 @given(modules)
 def test_random_modules_roundtrip(module: nodes.Module):
     text = format_module(module)
     assert typed_module(text) == module, text
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])  # examples: the profile's
 @given(programs())
 def test_random_programs_roundtrip(program: nodes.Program):
     text = format_program(program)

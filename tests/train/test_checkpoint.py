@@ -40,7 +40,10 @@ def _model_and_optimizer():
     return model, opt
 
 
-@pytest.mark.parametrize("delay", [0.05, 0.13, 0.29])
+# Each case spawns a child that imports torch (seconds): one delay runs in the fast suite, the
+# others (earlier and later inside a write) with the slow tests.
+@pytest.mark.parametrize("delay", [pytest.param(0.05, marks=pytest.mark.slow), 0.13,
+                                   pytest.param(0.29, marks=pytest.mark.slow)])
 def test_sigkill_during_checkpoint_writes_leaves_latest_loadable(tmp_path, delay):
     root = tmp_path / "checkpoints"
     proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=ROOT, stderr=subprocess.PIPE)
