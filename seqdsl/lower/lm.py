@@ -156,14 +156,19 @@ class LanguageModel(nn.Module):
             new_state.append(s)
         return self.head(self.norm(x)), new_state
 
-    def training_logits(self, tokens: Tensor) -> Tensor:
-        """(B, T, V) logits of whole sequences from position 0, no state carried in or out: the
-        forward training runs, written as one plain function so `torch.compile` traces the whole
-        model as one graph (seqdsl/train/step.py). Equals forward(tokens)[0], without its checks."""
+    def training_hidden(self, tokens: Tensor) -> Tensor:
+        """(B, T, D) output of the last block for whole sequences from position 0, no state
+        carried in or out: the body of the forward training runs, written as one plain function so
+        `torch.compile` traces it as one graph (seqdsl/train/step.py). `training_logits` adds the
+        final norm and the head; together they equal forward(tokens)[0], without its checks."""
         x = self.embed(tokens)
         for block in self.blocks:
             x, _ = block(x, _FRESH)
-        return self.head(self.norm(x))
+        return x
+
+    def training_logits(self, tokens: Tensor) -> Tensor:
+        """(B, T, V) logits of `training_hidden`."""
+        return self.head(self.norm(self.training_hidden(tokens)))
 
     def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:
         logits, _ = self(tokens)

@@ -113,7 +113,7 @@ def wrap_model(lm: nn.Module, loss: nn.Module, d: Dist, parallel: str, device: t
         # The last block's parameters would be gathered again at once for the backward (torchtitan).
         fully_shard(block, mp_policy=policy, reshard_after_forward=i < last)
     fully_shard(lm, mp_policy=policy)
-    # the compiled training step calls training_logits, not forward: FSDP2's root hooks (gather
+    # the compiled training step calls training_hidden, not forward: FSDP2's root hooks (gather
     # the embedding, final norm and head) must run around it too
-    register_fsdp_forward_method(lm, "training_logits")
+    register_fsdp_forward_method(lm, "training_hidden")
     return Parallel(loss, lm, "fsdp")

@@ -35,14 +35,15 @@ class CausalLoss(nn.Module):
     model's own forward (with its checks), so FSDP2's hooks on the model (gathering the embedding,
     final norm and head) run.
 
-    `compile=True` compiles the whole step's forward, `LanguageModel.training_logits` and the
-    cross-entropy, as one function. Compiling each Block on its own (torchtitan's way) made
-    dynamo recompile `Block.forward` for every block instance and run the blocks past its
-    recompile limit (8) eagerly, and left the head and the float32 cross-entropy uncompiled: on
-    an H100 the whole-model graph trained Transformer++ at 110m 1.6x faster
-    (benchmarks/profile_train.py). `cuda_graphs=True` compiles it with mode "reduce-overhead":
-    the graph is replayed as a CUDA graph (on a GPU; torch.compile warns and runs without graphs
-    elsewhere). Call `lm.plan_paths` first: planning cannot be traced."""
+    `compile=True` compiles two graphs: the model's body (`LanguageModel.training_hidden`: the
+    embedding and every block) and its head with the loss (final norm, head, float32
+    cross-entropy). That split is the one measured fastest on an H100
+    (benchmarks/profile_train.py); compiling each Block on its own made dynamo recompile
+    `Block.forward` per block instance and run blocks eagerly past its recompile limit, and an
+    uncompiled head ran the 50,257-wide GEMM on an unaligned cuBLAS kernel. `cuda_graphs=True`
+    compiles both with mode "reduce-overhead": replayed as CUDA graphs (on a GPU; torch.compile
+    warns and runs without graphs elsewhere). Call `lm.plan_paths` first: planning cannot be
+    traced."""
 
     def __init__(self, lm: nn.Module, *, compile: bool = False, cuda_graphs: bool = False):
         super().__init__()
@@ -50,12 +51,14 @@ class CausalLoss(nn.Module):
             raise ValueError("cuda_graphs needs compile")
         self.lm = lm
         self.cuda_graphs = cuda_graphs
-        self.compiled: Callable[[Tensor, Tensor], Tensor] | None = None
+        self.compiled: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
         if compile:
-            self.compiled = torch.compile(self._whole_loss, mode="reduce-overhead" if cuda_graphs else None)
+            mode = "reduce-overhead" if cuda_graphs else None
+            self.compiled = (torch.compile(lm.training_hidden, mode=mode),
+                             torch.compile(self._head_loss, mode=mode))
 
-    def _whole_loss(self, inputs: Tensor, targets: Tensor) -> Tensor:
-        return next_token_loss(self.lm.training_logits(inputs), targets)
+    def _head_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
+        return next_token_loss(self.lm.head(self.lm.norm(hidden)), targets)
 
     def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
         if self.compiled is None:
@@ -65,7 +68,8 @@ class CausalLoss(nn.Module):
             # each micro batch is a new generation of graph replays: the previous one's outputs
             # (its loss, read by then) may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        return self.compiled(inputs, targets)
+        body, head_loss = self.compiled
+        return head_loss(body(inputs), targets)
 
 
 def training_step(loss_fn: nn.Module, params: Iterable[Tensor], rows: Tensor, micro: int, *,

@@ -6,6 +6,7 @@ loss head as well as the blocks. The optimizer: fused AdamW on GPU parameters, f
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -112,10 +113,12 @@ def test_apply_update_steps_and_drops_the_gradients():
     assert not torch.equal(before, lm.embed.weight) and all(p.grad is None for p in lm.parameters())
 
 
-def test_compile_compiles_the_whole_model_and_loss_as_one_function():
+def test_compile_compiles_the_model_body_and_the_head_with_its_loss():
     lm = micro_lm()
     loss_fn = CausalLoss(lm, compile=True)  # compiles lazily: nothing runs here
-    assert getattr(loss_fn.compiled, "_torchdynamo_orig_callable", None) == loss_fn._whole_loss
+    body, head_loss = loss_fn.compiled
+    assert getattr(body, "_torchdynamo_orig_callable", None) == lm.training_hidden
+    assert getattr(head_loss, "_torchdynamo_orig_callable", None) == loss_fn._head_loss
     assert CausalLoss(micro_lm()).compiled is None
 
 
@@ -162,7 +165,7 @@ def test_optimizer_for_takes_the_run_configs_settings():
 
 
 @pytest.mark.parametrize("name", ["transformer", "top1_chunk_approx", "mamba2"])
-def test_the_compiled_step_traces_as_one_graph(name):
+def test_the_compiled_model_body_traces_as_one_graph(name):
     """A graph break inside the block loop sends the whole compiled step back to eager (this
     happened: a state dataclass built per block); planned paths, the step traces whole."""
     import seqdsl
@@ -174,5 +177,5 @@ def test_the_compiled_step_traces_as_one_graph(name):
     lm.plan_paths("cpu")
     x = torch.randint(0, resized.model.vocab, (2, 17), generator=torch.Generator().manual_seed(0))
     torch._dynamo.reset()
-    explained = torch._dynamo.explain(CausalLoss(lm)._whole_loss)(x[:, :-1], x[:, 1:])
+    explained = torch._dynamo.explain(lm.training_hidden)(x[:, :-1])
     assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
