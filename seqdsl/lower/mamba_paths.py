@@ -116,67 +116,110 @@ def _arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, ...]:
     return m.v.contiguous(), decay, pick(m.k), pick(m.q), init
 
 
-class _SSD(torch.autograd.Function):
-    """o, final state of the discrete SSD with write scale 1 (see the module docstring)."""
+# The forward and the backward are torch.library custom ops, so that `torch.compile` treats each
+# as one opaque call (dynamo would otherwise trace into mamba's Python wrappers, and inductor then
+# fails to generate code for the within-chunk cumulative sum: "Unexpected tiling", H100,
+# torch 2.11). Custom ops return no None: an absent decay or initial state has an empty gradient.
 
-    @staticmethod
-    def forward(ctx, x, log_decay, Bm, Cm, init):
-        ssd = _ssd()
-        batch, T, H, V = x.shape
-        K = Bm.shape[-1]
-        dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
-        states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
-        states, final = ssd._state_passing_fwd(
-            states.flatten(-2), dA_cumsum[:, :, :, -1],
-            initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK, out_dtype=Cm.dtype)
-        states = states.unflatten(-1, (V, K))
-        CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
-        out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states)
-        ctx.save_for_backward(x, log_decay, Bm, Cm, init)
-        ctx.has_decay = log_decay is not None
-        return out, final.unflatten(-1, (V, K))
 
-    @staticmethod
-    def backward(ctx, dout, dfinal):
-        ssd = _ssd()
-        x, log_decay, Bm, Cm, init = ctx.saved_tensors
-        batch, T, H, V = x.shape
-        G, K = Bm.shape[-2:]
-        dout = dout.contiguous()
-        dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
-        # as mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx
-        CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
-        states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
-        states, _ = ssd._state_passing_fwd(
-            states.flatten(-2), dA_cumsum[:, :, :, -1],
-            initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK)
-        dstates = ssd._chunk_scan_bwd_dstates(Cm, dA_cumsum, dout, dtype=states.dtype)
-        dstates, ddA_chunk_cumsum, dinit, states = ssd._state_passing_bwd(
-            states, dA_cumsum[:, :, :, -1], dstates.flatten(-2),
-            dfinal_states=None if dfinal is None else dfinal.float().flatten(-2).contiguous(),
-            has_initial_states=init is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
-            chunk_size=CHUNK)
-        states, dstates = states.unflatten(-1, (V, K)), dstates.unflatten(-1, (V, K))
-        dx, _ddt_write, _ = ssd._chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, Bm, CB, dout, dstates)
-        dB, ddA_next = ssd._chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=Bm, ngroups=G)
-        dC, ddA_cumsum_prev = ssd._chunk_scan_bwd_dC(states.to(x.dtype), dA_cumsum, dout, C=Cm, ngroups=G)
-        dCB = ssd._chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=G).to(CB.dtype)
-        dB_all, dC_all = torch.empty_like(Bm), torch.empty_like(Cm)
-        ssd._bmm_chunk_bwd(Cm, dCB, residual=dB, out=dB_all)
-        ssd._bmm_chunk_bwd(Bm, dCB.transpose(-1, -2), residual=dC, out=dC_all)
-        d_log_decay = None
-        if ctx.has_decay:
-            ddA_cumsum_prev[..., -1] += ddA_chunk_cumsum
-            ddA = ssd._chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, CB)
-            ddA += ddA_next + ddA_cumsum_prev.flip([-1]).cumsum(dim=-1).flip([-1])
-            d_log_decay = unchunk(ddA, T)  # per-step gradient of dA = of the log decay
-        dinit = None if init is None else dinit.unflatten(-1, (V, K))
-        return dx, d_log_decay, dB_all, dC_all, dinit
+def _forward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
+             init: Tensor | None) -> tuple[Tensor, Tensor]:
+    ssd = _ssd()
+    batch, T, H, V = x.shape
+    K = Bm.shape[-1]
+    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
+    states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
+    states, final = ssd._state_passing_fwd(
+        states.flatten(-2), dA_cumsum[:, :, :, -1],
+        initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK, out_dtype=Cm.dtype)
+    states = states.unflatten(-1, (V, K))
+    CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+    out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states)
+    return out.contiguous(), final.unflatten(-1, (V, K)).contiguous()  # contiguous, as the fakes say
+
+
+def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
+              dout: Tensor, dfinal: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """As mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx; the forward's states
+    are recomputed, as mamba does."""
+    ssd = _ssd()
+    batch, T, H, V = x.shape
+    G, K = Bm.shape[-2:]
+    dout = dout.contiguous()
+    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
+    CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+    states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
+    states, _ = ssd._state_passing_fwd(
+        states.flatten(-2), dA_cumsum[:, :, :, -1],
+        initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK)
+    dstates = ssd._chunk_scan_bwd_dstates(Cm, dA_cumsum, dout, dtype=states.dtype)
+    dstates, ddA_chunk_cumsum, dinit, states = ssd._state_passing_bwd(
+        states, dA_cumsum[:, :, :, -1], dstates.flatten(-2),
+        dfinal_states=dfinal.float().flatten(-2).contiguous(),
+        has_initial_states=init is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
+        chunk_size=CHUNK)
+    states, dstates = states.unflatten(-1, (V, K)), dstates.unflatten(-1, (V, K))
+    dx, _ddt_write, _ = ssd._chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, Bm, CB, dout, dstates)
+    dB, ddA_next = ssd._chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=Bm, ngroups=G)
+    dC, ddA_cumsum_prev = ssd._chunk_scan_bwd_dC(states.to(x.dtype), dA_cumsum, dout, C=Cm, ngroups=G)
+    dCB = ssd._chunk_scan_bwd_dcb(x, dt, dA_cumsum, dout, ngroups=G).to(CB.dtype)
+    dB_all, dC_all = torch.empty_like(Bm), torch.empty_like(Cm)
+    ssd._bmm_chunk_bwd(Cm, dCB, residual=dB, out=dB_all)
+    ssd._bmm_chunk_bwd(Bm, dCB.transpose(-1, -2), residual=dC, out=dC_all)
+    d_log_decay = x.new_empty(0, dtype=torch.float32)
+    if log_decay is not None:
+        ddA_cumsum_prev[..., -1] += ddA_chunk_cumsum
+        ddA = ssd._chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, CB)
+        ddA += ddA_next + ddA_cumsum_prev.flip([-1]).cumsum(dim=-1).flip([-1])
+        d_log_decay = unchunk(ddA, T).contiguous()  # per-step gradient of dA = of the log decay
+    dinit = x.new_empty(0, dtype=torch.float32) if init is None else dinit.unflatten(-1, (V, K))
+    return tuple(t.contiguous() for t in (dx, d_log_decay, dB_all, dC_all, dinit))  # as the fakes say
+
+
+@torch.library.custom_op("seqdsl::mamba_ssd", mutates_args=())
+def _ssd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
+            init: Tensor | None) -> tuple[Tensor, Tensor]:
+    return _forward(x, log_decay, Bm, Cm, init)
+
+
+@_ssd_op.register_fake
+def _(x, log_decay, Bm, Cm, init):
+    batch, T, H, V = x.shape
+    return x.new_empty(batch, T, H, V), x.new_empty(batch, H, V, Bm.shape[-1], dtype=torch.float32)
+
+
+@torch.library.custom_op("seqdsl::mamba_ssd_bwd", mutates_args=())
+def _ssd_bwd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
+                dout: Tensor, dfinal: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _backward(x, log_decay, Bm, Cm, init, dout, dfinal)
+
+
+@_ssd_bwd_op.register_fake
+def _(x, log_decay, Bm, Cm, init, dout, dfinal):
+    fresh = lambda t: x.new_empty(0, dtype=torch.float32) if t is None else t.new_empty(t.shape)  # contiguous
+    return tuple(fresh(t) for t in (x, log_decay, Bm, Cm, init))
+
+
+def _ssd_setup(ctx, inputs, output):
+    x, log_decay, Bm, Cm, init = inputs
+    ctx.save_for_backward(x, log_decay, Bm, Cm, init)
+    ctx.has = (log_decay is not None, init is not None)
+
+
+def _ssd_grad(ctx, dout, dfinal):
+    x, log_decay, Bm, Cm, init = ctx.saved_tensors
+    dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, dout, dfinal)
+    has_decay, has_init = ctx.has
+    return dx, d_log_decay if has_decay else None, dB, dC, dinit if has_init else None
+
+
+_ssd_op.register_autograd(_ssd_grad, setup_context=_ssd_setup)
 
 
 def ssd(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None) -> tuple[Tensor, Tensor]:
-    """mamba's layout in and out: o (B, T, H, V), final state (B, H, V, K) float32."""
-    return _SSD.apply(x, log_decay, Bm, Cm, init)
+    """mamba's layout in and out: o (B, T, H, V), final state (B, H, V, K) float32. The discrete
+    SSD with write scale 1 (see the module docstring)."""
+    return _ssd_op(x, log_decay, Bm, Cm, init)
 
 
 def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:

@@ -249,3 +249,37 @@ def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32, monk
     picked = ref_logits[:, :-1].gather(-1, generated[:, 200:, None])[..., 0]
     best, spread = ref_logits[:, :-1].max(-1).values, ref_logits.amax(-1) - ref_logits.amin(-1)
     assert (picked >= best - 1e-3 * spread[:, :-1]).all()
+
+
+# --- compiled models on the mamba paths -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,path", [("mamba2", "mamba.ssd"), ("mamba", "mamba.selective_scan")])
+def test_a_model_on_the_mamba_paths_compiles_as_one_graph_and_equals_eager(name, path, no_tf32):
+    """The custom ops around mamba's kernels keep the model body one graph under inductor (it
+    once failed to compile the SSD mapping's cumulative sum, and broke the graph at Mamba-1's C++
+    scan); the compiled body's loss and gradients equal the eager model's."""
+    import torch._dynamo
+
+    program, model = spec_model(SPECS_DIR / f"{name}.seq", vocab=256)
+    torch.manual_seed(0)
+    lm = LanguageModel(program, model).cuda()
+    lm.plan_paths(torch.device("cuda"))
+    assert {block.mixer.paths.describe()["cuda"].path for block in lm.blocks} == {path}
+    x = torch.randint(0, 256, (2, 300), device="cuda")  # over one of the SSD's 256-step chunks
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(lm.training_hidden)(x)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+    def loss_and_grads(body):
+        lm.zero_grad(set_to_none=True)
+        loss = body(x).float().square().mean()
+        loss.backward()
+        return loss.detach(), [p.grad.detach().clone() for p in lm.parameters() if p.grad is not None]
+
+    torch._dynamo.reset()
+    want_loss, want = loss_and_grads(lm.training_hidden)
+    got_loss, got = loss_and_grads(torch.compile(lm.training_hidden, fullgraph=True))
+    assert len(got) == len(want) > 0
+    assert _rel(got_loss, want_loss) < 1e-3
+    assert max(_rel(g, w) for g, w in zip(got, want)) < 2e-2  # inductor's fusions reorder float sums
