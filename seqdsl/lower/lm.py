@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from seqdsl.ir import nodes
 from seqdsl.ir.presets import model_at
-from seqdsl.lower.mixer import LoweringError, MixerModule, MixerState
+from seqdsl.lower.mixer import FRESH, LoweringError, MixerModule, MixerState
 
 
 def swiglu_hidden(mlp: nodes.SwiGLU, d_model: int) -> int:
@@ -68,7 +68,7 @@ class ChannelMix(nn.Module):
 
 @dataclass(frozen=True)
 class BlockState:
-    mixer: MixerState = MixerState()
+    mixer: MixerState = FRESH
     shift: Tensor | None = None  # rwkv7 channel-mix token shift
 
 
@@ -92,8 +92,9 @@ class Block(nn.Module):
             hidden = swiglu_hidden(model.mlp, d)
             self.mlp = SwiGLU(d, hidden) if self.layout == "transformer" else ChannelMix(d, hidden)
 
-    def forward(self, x: Tensor, state: BlockState) -> tuple[Tensor, BlockState]:
-        y, mixer_state = self.mixer(self.norm1(x), state.mixer)
+    def forward(self, x: Tensor, state: BlockState, *, keep_state: bool = True) -> tuple[Tensor, BlockState | None]:
+        """(output, state after x); keep_state=False builds no state (MixerModule.forward)."""
+        y, mixer_state = self.mixer(self.norm1(x), state.mixer, keep_state=keep_state)
         x = x + y
         shift = None
         if isinstance(self.mlp, SwiGLU):
@@ -101,6 +102,8 @@ class Block(nn.Module):
         elif isinstance(self.mlp, ChannelMix):
             y, shift = self.mlp(self.norm2(x), state.shift)
             x = x + y
+        if not keep_state:
+            return x, None
         return x, BlockState(mixer_state, shift)
 
 
@@ -163,7 +166,7 @@ class LanguageModel(nn.Module):
         final norm and the head; together they equal forward(tokens)[0], without its checks."""
         x = self.embed(tokens)
         for block in self.blocks:
-            x, _ = block(x, _FRESH)
+            x, _ = block(x, _FRESH, keep_state=False)
         return x
 
     def training_logits(self, tokens: Tensor) -> Tensor:

@@ -70,6 +70,11 @@ class MixerState:
     shift: Tensor | None = None  # (B, D) last token for token shift
 
 
+# The state before the first token, one module-level instance: a compiled forward reads it (a
+# global) instead of building a dataclass inside the traced region (seqdsl/lower/lm.py: _FRESH).
+FRESH = MixerState()
+
+
 class MixerModule(nn.Module):
     """`layer` (0-based) and `n_layers` place the mixer in its model: per-layer initialisations
     (RWKV's decay speeds) and per-layer random key tables depend on them."""
@@ -273,8 +278,12 @@ class MixerModule(nn.Module):
 
     # --- forward -----------------------------------------------------------------------------------
 
-    def forward(self, x: Tensor, state: MixerState | None = None) -> tuple[Tensor, MixerState]:
-        state = state or MixerState()
+    def forward(self, x: Tensor, state: MixerState | None = None, *,
+                keep_state: bool = True) -> tuple[Tensor, MixerState | None]:
+        """(output, the state after x). keep_state=False (a training step from position 0) builds
+        no state and returns None for it: nothing reads it, and a dataclass built inside a
+        `torch.compile`d region breaks the graph on some PyTorch versions (2.11)."""
+        state = state if state is not None else FRESH
         B, T, _ = x.shape
         H, Dk, Dv = self.H, self.Dk, self.Dv
         pos = state.pos
@@ -310,19 +319,20 @@ class MixerModule(nn.Module):
         if self.spec.is_recurrent:
             mixed = self._recurrent_inputs(x, q, self._shared(k), self._shared(v))
             o, S = self.paths.recurrent(mixed, state.S)
-            new_state = replace(state, S=S)
+            changes = dict(S=S)
         else:
             k_all = k if state.k is None else torch.cat([state.k, k], dim=1)
             v_all = v if state.v is None else torch.cat([state.v, v], dim=1)
             bias, decay_row = self._score_bias(x, state, k_all.shape[1])
             o = self.paths.attention(AttentionInputs(  # k, v as cached: Gk and K heads
                 q=self._learned_q(q), k=k_all, v=v_all, pos=pos, bias=bias, alibi=getattr(self, "alibi", None)))
-            new_state = replace(state, k=k_all, v=v_all, decay_row=decay_row)
+            changes = dict(k=k_all, v=v_all, decay_row=decay_row)
 
         # (4) output: norm, gate, projection
         o = self._output(o, x)
-        new_state = replace(new_state, pos=pos + T, conv=conv_state, shift=shift)
-        return o, new_state
+        if not keep_state:
+            return o, None
+        return o, replace(state, pos=pos + T, conv=conv_state, shift=shift, **changes)
 
     @property
     def per_position(self) -> bool:

@@ -21,9 +21,10 @@ Two things the scan does not do are done here, in PyTorch, exactly:
   The recurrence is linear in the state, so S0 adds q_t^T (exp(L_t) * S0) to o_t and exp(L_T) * S0
   to the final state, L_t the cumulative log decay up to t (<= 0: nothing overflows).
 - The final state's gradient: selective_scan_fn returns its last state without one (its docstring
-  says so). The path returns the kernel's last state, through `_FinalState`, whose backward
-  recomputes sum_t exp(L_T - L_t) * dt_t k_t v_t^T from the scan's own inputs and differentiates
-  it: only when the final state is used (a training step drops it, and pays nothing).
+  says so). The custom op around the scan (`selective_scan`) returns the kernel's last state with
+  a gradient: its backward recomputes sum_t exp(L_T - L_t) * dt_t k_t v_t^T from the scan's own
+  inputs and differentiates it, only when the final state is used (a training step drops it, and
+  pays nothing).
 
 The scan runs in float32 (u, delta, B, C): the step sizes are small (1e-3 at initialisation) and
 delta multiplies every write. Its D skip and z gate are not used (the spec's gate runs outside).
@@ -73,62 +74,52 @@ SCAN_CHUNK = 2048  # the extension keeps one state per 2048 steps: x (B, D, ceil
 
 
 @torch.library.custom_op("seqdsl::mamba_selective_scan", mutates_args=())
-def _scan_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor) -> tuple[Tensor, Tensor]:
+def _scan_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(y (B, D, T), last state (B, D, K), x: the states the extension's backward reads)."""
     out, x, *_ = _cuda().fwd(u, delta, A, Bm, Cm, None, None, None, False)
-    return out, x
+    return out, x[:, :, -1, 1::2].contiguous(), x
 
 
 @_scan_op.register_fake
 def _(u, delta, A, Bm, Cm):
     batch, D, T = u.shape
-    return torch.empty_like(delta), u.new_empty(batch, D, -(-T // SCAN_CHUNK), 2 * A.shape[-1], dtype=A.dtype)
+    K = A.shape[-1]
+    return (torch.empty_like(delta), u.new_empty(batch, D, K, dtype=A.dtype),
+            u.new_empty(batch, D, -(-T // SCAN_CHUNK), 2 * K, dtype=A.dtype))
 
 
 @torch.library.custom_op("seqdsl::mamba_selective_scan_bwd", mutates_args=())
-def _scan_bwd_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, x: Tensor,
-                 dout: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    du, ddelta, dA, dB, dC, *_ = _cuda().bwd(u, delta, A, Bm, Cm, None, None, None, dout.contiguous(), x,
-                                             None, None, False, False)
-    return du, ddelta, dA, dB, dC
+def _scan_bwd_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, x: Tensor, dout: Tensor | None,
+                 dlast: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """The gradients of (u, delta, A, B, C): the extension's backward for y's, plus, when the last
+    state has a gradient, the last state's, which the extension does not give (see
+    `final_state`; torch.func, since a custom op runs below autograd)."""
+    dout = torch.zeros_like(delta) if dout is None else dout.contiguous()
+    grads = list(_cuda().bwd(u, delta, A, Bm, Cm, None, None, None, dout, x, None, None, False, False)[:5])
+    if dlast is not None:
+        _, vjp = torch.func.vjp(final_state, u, delta, A, Bm)
+        for i, extra in enumerate(vjp(dlast.float())):
+            grads[i] = grads[i] + extra
+    return tuple(grads)
 
 
 @_scan_bwd_op.register_fake
-def _(u, delta, A, Bm, Cm, x, dout):
+def _(u, delta, A, Bm, Cm, x, dout, dlast):
     f32 = lambda t: torch.empty_like(t, dtype=torch.float32)  # the extension's dB, dC for per-step B, C
     return torch.empty_like(u), torch.empty_like(delta), torch.empty_like(A), f32(Bm), f32(Cm)
 
 
 def _scan_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs, output[1])
-    ctx.mark_non_differentiable(output[1])
+    ctx.save_for_backward(*inputs, output[2])
+    ctx.mark_non_differentiable(output[2])
+    ctx.set_materialize_grads(False)  # a training step drops the last state: no gradient to compute for it
 
 
-def _scan_grad(ctx, dout, _dx):
-    return _scan_bwd_op(*ctx.saved_tensors, dout)
+def _scan_grad(ctx, dout, dlast, _dx):
+    return _scan_bwd_op(*ctx.saved_tensors, dout, dlast)
 
 
 _scan_op.register_autograd(_scan_grad, setup_context=_scan_setup)
-
-
-def selective_scan(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor,
-                   return_last_state: bool = True) -> tuple[Tensor, Tensor]:
-    """`selective_scan_fn(u, delta, A, B, C, return_last_state=True)` as custom ops: (y (B, D, T),
-    last state (B, D, K), which has no gradient, as in mamba)."""
-    out, x = _scan_op(u, delta, A, Bm, Cm)
-    return out, x[:, :, -1, 1::2]
-
-
-@functools.lru_cache(maxsize=None)
-def importable() -> str:
-    """"" when mamba-ssm's selective scan imports here, else why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _scan_fn()
-    except Exception as err:  # ImportError, or its CUDA extension (selective_scan_cuda) failing to load
-        return f"mamba-ssm's selective scan is not importable here ({type(err).__name__}: " \
-               f"{str(err).splitlines()[0][:120] if str(err) else ''})"
-    return ""
 
 
 def scan_arguments(m, G: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -144,9 +135,17 @@ def scan_arguments(m, G: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     return u, delta, A, per_group(m.k), per_group(m.q)
 
 
+def selective_scan(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor,
+                   return_last_state: bool = True) -> tuple[Tensor, Tensor]:
+    """`selective_scan_fn(u, delta, A, B, C, return_last_state=True)` as custom ops: (y (B, D, T),
+    last state (B, D, K)), both differentiable (mamba's last state has no gradient)."""
+    out, last, _ = _scan_op(u, delta, A, Bm, Cm)
+    return out, last
+
+
 def scan(m, S: Tensor | None, G: int, scan_fn=None) -> tuple[Tensor, Tensor]:
     """The reference's (o (B, T, H, V), final state (B, H, K, V) float32) for RecurrentInputs `m`
-    of the selective step on state S; `scan_fn` replaces mamba's scan (a test's oracle)."""
+    of the selective step on state S; `scan_fn` replaces `selective_scan` (a test's oracle)."""
     if m.log_decay is not None:
         raise ValueError("the selective scan takes no extra per-head decay (support.mamba refuses ALiBi)")
     scan_fn = scan_fn or selective_scan
@@ -155,7 +154,7 @@ def scan(m, S: Tensor | None, G: int, scan_fn=None) -> tuple[Tensor, Tensor]:
     u, delta, A, Bm, Cm = scan_arguments(m, G)
     y, last = scan_fn(u, delta, A, Bm, Cm, return_last_state=True)
     o = y.transpose(1, 2).reshape(batch, T, H, V)
-    final = _FinalState.apply(u, delta, A, Bm, last).reshape(batch, H, V, K).transpose(-1, -2)
+    final = last.reshape(batch, H, V, K).transpose(-1, -2)
     if S is not None:  # the scan starts from zero; the recurrence is linear in the state
         cumulative = (m.dt.float()[..., None] * m.rate.float()).cumsum(1)  # L_t (B, T, H, K), <= 0
         o = o + torch.einsum("bthk,bhkv->bthv", m.q.float() * cumulative.exp(), S.float())
@@ -169,24 +168,6 @@ def final_state(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor) -> Tensor:
     Bd = Bm.repeat_interleave(u.shape[1] // Bm.shape[1], dim=1)  # (B, D, K, T)
     L = (delta[:, :, None, :] * A[None, :, :, None]).cumsum(-1)
     return ((L[..., -1:] - L).exp() * Bd * (delta * u)[:, :, None, :]).sum(-1)
-
-
-class _FinalState(torch.autograd.Function):
-    """The kernel's last state (B, D, K), with the gradient it lacks: backward recomputes
-    `final_state` from the scan's inputs (which the scan keeps anyway) and differentiates it.
-    Autograd runs this only when the final state reaches the loss."""
-
-    @staticmethod
-    def forward(ctx, u, delta, A, Bm, last):
-        ctx.save_for_backward(u, delta, A, Bm)
-        return last.detach().clone()
-
-    @staticmethod
-    def backward(ctx, dfinal):
-        with torch.enable_grad():
-            leaves = [t.detach().requires_grad_() for t in ctx.saved_tensors]
-            grads = torch.autograd.grad(final_state(*leaves), leaves, dfinal)
-        return (*grads, None)
 
 
 def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
