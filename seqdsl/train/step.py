@@ -50,25 +50,33 @@ class CausalLoss(nn.Module):
         if cuda_graphs and not compile:
             raise ValueError("cuda_graphs needs compile")
         self.lm = lm
+        self.compile = compile
         self.cuda_graphs = cuda_graphs
-        self.compiled: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
-        if compile:
-            mode = "reduce-overhead" if cuda_graphs else None
-            self.compiled = (torch.compile(lm.training_hidden, mode=mode),
-                             torch.compile(self._head_loss, mode=mode))
+        self._compiled: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
+
+    def _graphs(self) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
+        """The two compiled functions, made at the first call: by then FSDP2 has registered
+        `training_hidden` as a forward method (seqdsl/train/distributed.py), and the compiled body
+        must be that registered method, whose hooks gather the sharded embedding; compiled
+        earlier, it would be the bare method, and see sharded weights."""
+        if self._compiled is None:
+            mode = "reduce-overhead" if self.cuda_graphs else None
+            self._compiled = (torch.compile(self.lm.training_hidden, mode=mode),
+                              torch.compile(self._head_loss, mode=mode))
+        return self._compiled
 
     def _head_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
         return next_token_loss(self.lm.head(self.lm.norm(hidden)), targets)
 
     def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
-        if self.compiled is None:
+        if not self.compile:
             logits, _ = self.lm(inputs)
             return next_token_loss(logits, targets)
         if self.cuda_graphs:
             # each micro batch is a new generation of graph replays: the previous one's outputs
             # (its loss, read by then) may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        body, head_loss = self.compiled
+        body, head_loss = self._graphs()
         return head_loss(body(inputs), targets)
 
 

@@ -145,3 +145,15 @@ def test_fsdp_matches_one_process_and_resumes_across_parallelisms(tmp_path):
     for resumed in (to_one, to_fsdp):
         assert _close(_losses(resumed), one), (resumed.name, _losses(resumed), one)
         assert _close(_losses(resumed, "eval"), _losses(tmp_path / "one", "eval"))
+
+
+@pytest.mark.slow
+def test_fsdp_with_the_compiled_step_matches_one_process(tmp_path):
+    """`compile = true` under FSDP2: the compiled body must be training_hidden as FSDP2 registers
+    it (its hooks gather the sharded embedding); compiled before the wrapping, it saw a sharded
+    embedding weight and failed to trace."""
+    args = micro_run_args(tmp_path, steps=4, batch=4) + ["--set", "micro_batch=1", "--set", "compile=true"]
+    assert main(args + ["--out", str(tmp_path / "one")]) == 0
+    _torchrun(args + ["--set", "parallel=fsdp", "--out", str(tmp_path / "fsdp")])
+    one, sharded = _losses(tmp_path / "one"), _losses(tmp_path / "fsdp")
+    assert len(one) == 4 and _close(one, sharded), (one, sharded)
