@@ -107,28 +107,46 @@ def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor) -> float:
 
 
 def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len: int,
-                 batch_size: int, device, autocast_dtype=None) -> DomainLoss:
+                 batch_size: int, device, autocast_dtype=None, split: tuple[int, int] = (0, 1)) -> DomainLoss:
+    """`split` = (rank, world): this process scores batches rank, rank + world, ... and the sums
+    are added over the processes (a torch.distributed group of `world`). Every process runs the
+    same number of forwards, with a discarded one where its share runs out, since a sharded
+    (FSDP2) model's forward is collective."""
     n = tokens.numel()
     if n < 2:
         raise EvalError(f"an evaluation set needs at least 2 tokens to score one, got {n}")
     if n_bytes <= 0:
         raise EvalError(f"an evaluation set needs a positive byte count, got {n_bytes}")
     device = torch.device(device)
+    rank, world = split
+    batches = list(_batches(tokens.to(torch.long), seq_len, batch_size))
     total = 0.0
-    tokens = tokens.to(torch.long)
-    for x, y in _batches(tokens, seq_len, batch_size):
+    for i in range(rank, rank + world * math.ceil(len(batches) / world), world):
+        x, y = batches[i] if i < len(batches) else batches[0]
         with autocast(device, autocast_dtype):
-            total += _nll_sum(model, x.to(device), y.to(device))
+            nll = _nll_sum(model, x.to(device), y.to(device))
+        total += nll if i < len(batches) else 0.0
+    if world > 1:
+        total = _sum_over_processes(total, device)
     scored = n - 1
     loss = total / scored
     return DomainLoss(loss=loss, bpb=loss * n / (math.log(2) * n_bytes), tokens=scored)
 
 
+def _sum_over_processes(value: float, device: torch.device) -> float:
+    import torch.distributed as dist
+
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    dist.all_reduce(t)
+    return t.item()
+
+
 def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int, batch_size: int,
-             device, autocast_dtype=None) -> dict[str, DomainLoss]:
+             device, autocast_dtype=None, split: tuple[int, int] = (0, 1)) -> dict[str, DomainLoss]:
     """Loss of `model` on each set (keyed as `sets`), every token but the first of each set
-    scored once (see the module docstring). Runs without gradients in eval mode; the model's
-    training mode is restored afterwards."""
+    scored once (see the module docstring), the batches split over processes as `split` says
+    (`evaluate_set`). Runs without gradients in eval mode; the model's training mode is restored
+    afterwards."""
     if batch_size < 1:
         raise EvalError(f"batch_size must be at least 1, got {batch_size}")
     check_seq_len(model, seq_len)
@@ -138,7 +156,7 @@ def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int,
         with torch.no_grad():
             return {name: evaluate_set(model, s.tokens, s.n_bytes, seq_len=seq_len,
                                        batch_size=batch_size, device=device,
-                                       autocast_dtype=autocast_dtype)
+                                       autocast_dtype=autocast_dtype, split=split)
                     for name, s in sets.items()}
     finally:
         model.train(was_training)

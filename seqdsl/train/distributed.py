@@ -68,11 +68,6 @@ class Parallel:
     model: nn.Module  # the LanguageModel (sharded in place under FSDP2)
     kind: str  # "single", "ddp" or "fsdp"
 
-    @property
-    def sharded(self) -> bool:
-        """Whether every process must take part in each forward (evaluation) and checkpoint."""
-        return self.kind == "fsdp"
-
     def micro_batch(self, last: bool) -> AbstractContextManager:
         """Around one micro batch's forward and backward: gradients are reduced over processes only
         after the step's last one. FSDP2 also keeps the gathered parameters between micro batches

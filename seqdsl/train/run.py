@@ -6,8 +6,9 @@ forward per process), A accumulation steps (B = M * A * processes), T seq_len, V
 Every process reads the same packed stream and takes its own disjoint slice of each global
 batch: process r gets sequences [r*M*A, (r+1)*M*A) and runs them in A micro batches. One
 process with A micro batches and P processes with A/P each therefore compute the same gradient
-(up to the order of float sums). Only process 0 writes metrics and checkpoints; under FSDP2 every
-process takes part in evaluation and checkpoint gathering (docs/training.md, Several GPUs).
+(up to the order of float sums). Only process 0 writes metrics and checkpoints; every process
+scores its share of the evaluation batches, and under FSDP2 takes part in checkpoint gathering
+(docs/training.md, Several GPUs).
 """
 
 from __future__ import annotations
@@ -107,7 +108,6 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                              seq_len, config.data.heldout, cursor)
 
     log = MetricsLog(out / "metrics.jsonl")
-    sets = {}
     if d.main:
         out.mkdir(parents=True, exist_ok=True)
         if loaded is None:
@@ -117,8 +117,7 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
         else:
             log.truncate_after(start)
             log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}"})
-    if d.main or parallel.sharded:  # a sharded model's forward needs every process
-        sets = data.heldout_sets(tokenizer)
+    sets = data.heldout_sets(tokenizer)  # every process scores its share of the batches
     mfu = mfu_meter(model, seq_len, device_peak_flops(device))
     progress = Progress(steps, start, config.log_every, show_progress)
     progress.message(f"training {model.spec.name} at preset {config.preset or 'as written'} "
@@ -127,10 +126,9 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                      f"{', '.join(train_domains)}; evaluate {', '.join(eval_domains)}")
 
     def evaluate(step: int) -> None:
-        if not (d.main or parallel.sharded):
-            return
         records = evaluate_records(lm, sets, step=step, tokens=tokens_seen, seq_len=seq_len,
-                                   batch_size=config.eval_batch, device=device, autocast_dtype=amp)
+                                   batch_size=config.eval_batch, device=device, autocast_dtype=amp,
+                                   split=(d.rank, d.world))
         if not d.main:
             return
         for record in records:

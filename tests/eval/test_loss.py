@@ -126,3 +126,29 @@ def test_bfloat16_autocast_stays_close_to_float32():
     # bf16 keeps 8 bits of mantissa: activations round at ~0.4%; the loss is an average of them
     assert half.loss != full.loss
     assert abs(half.loss - full.loss) / full.loss < 0.02
+
+
+def test_a_split_evaluation_adds_up_to_the_whole_with_as_many_forwards_per_process(monkeypatch):
+    """Two processes' shares (rank 0 and 1 of 2; the sum over processes replaced by the identity)
+    add up to the one-process loss, and both processes run the same number of forwards (a
+    sharded model's forward is collective), the one with fewer batches a discarded one."""
+    import seqdsl.eval.loss as loss_mod
+
+    lm = tiny_lm("tiny_attn")
+    tokens = torch.randint(0, 23, (62,), generator=torch.Generator().manual_seed(1))  # 5 windows of 12, a tail of 1
+    monkeypatch.setattr(loss_mod, "_sum_over_processes", lambda value, device: value)
+    calls = []
+    real = loss_mod._nll_sum
+    monkeypatch.setattr(loss_mod, "_nll_sum", lambda *a: calls.append(1) or real(*a))
+    whole = loss_mod.evaluate_set(lm, tokens, 100, seq_len=12, batch_size=2, device="cpu").loss
+    assert len(calls) == 4  # batches of 2, 2, 1 full windows and the tail
+    shares = []
+    for rank in (0, 1):
+        calls.clear()
+        shares.append(loss_mod.evaluate_set(lm, tokens, 100, seq_len=12, batch_size=2, device="cpu",
+                                            split=(rank, 2)).loss)
+        assert len(calls) == 2
+    assert sum(shares) == pytest.approx(whole, rel=1e-12)
+    calls.clear()
+    loss_mod.evaluate_set(lm, tokens, 100, seq_len=12, batch_size=2, device="cpu", split=(2, 3))
+    assert len(calls) == 2  # 4 batches over 3 processes: rank 2 scores one and runs one discarded
