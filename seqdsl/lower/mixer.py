@@ -358,7 +358,10 @@ class MixerModule(nn.Module):
         if hasattr(self, "log_scale"):
             factor = self.log_scale
         if hasattr(self, "log_temperature"):
-            factor = -self.log_temperature if factor is None else factor - self.log_temperature
+            # the language's lower bound (nodes.MIN_TEMPERATURE) holds while it trains, not only
+            # at its initial value: below it the scores only sharpen rounding noise
+            log_t = self.log_temperature.clamp_min(math.log(nodes.MIN_TEMPERATURE))
+            factor = -log_t if factor is None else factor - log_t
         if factor is None:
             return q
         return q * factor.exp().to(q.dtype)[:, None]  # (H, 1) over (B, T, H, F)

@@ -77,6 +77,19 @@ def test_learned_temperature_stays_positive_and_trains():
     assert torch.isfinite(m(x)[0]).all()
 
 
+def test_a_learned_temperature_below_the_bound_acts_as_the_bound():
+    """Trained below 1e-6 (the language's bound on a temperature), it scales the queries as 1e-6
+    does (the whole output would not tell: both are arg-max sharp)."""
+    m = module("mixer f { heads = 2  head_dim = 32  weights = softmax(temperature = learned(1e-6)) }")
+    q = torch.randn(1, 9, 2, 32, dtype=torch.float64)
+    with torch.no_grad():
+        m.log_temperature.fill_(-30.0)  # 9e-14
+        below = m._learned_q(q)
+        m.log_temperature.fill_(math.log(1e-6))
+        at_bound = m._learned_q(q)
+    assert rel_error(below, at_bound) < 1e-12 and rel_error(at_bound, q * 1e6) < 1e-12
+
+
 def test_learned_scale_in_a_recurrence_multiplies_the_scores():
     fixed = module("mixer f { heads = 2  head_dim = 32  weights = linear  update = delta"
                    "  relation = dot(scale = 0.7) }")
