@@ -8,17 +8,8 @@
 #                                      graphs, 16 x 2K, in one call
 # Needs the mamba-ssm sdist in .sdist/ (docs/mamba.md). Results go to $OUT when set.
 #     bash benchmarks/mamba_gpu_round.sh
-set -u
-cd "$(dirname "$0")/.."
-out="${OUT:-benchmarks/results}"
-mkdir -p "$out"
-py="${PYTHON:-python}"
-date_tag="$(date -u +%Y-%m-%d)"
-if ! "$py" -c "import mamba_ssm" 2> /dev/null; then
-    timeout 300 "$py" benchmarks/build_mamba_ssm.py --sdist .sdist/mamba_ssm-*.tar.gz --install \
-        > "$out/build_mamba.log" 2>&1
-    echo "mamba build rc=$?"; tail -n 2 "$out/build_mamba.log"
-fi
+source "$(dirname "$0")/gpu_round_common.sh"
+ensure_mamba
 export SEQDSL_CACHE_DIR="${SEQDSL_CACHE_DIR:-$(mktemp -d)}"
 tests=tests/lower/test_gpu_mamba.py
 timeout 120 "$py" -m pytest -q -p no:cacheprovider -m gpu "$tests" -k "compiles or mamba1" -rA \

@@ -6,12 +6,7 @@
 #                                    CUDA graphs, batch 16 x 2K, then batch 4 x 8K
 # Results (JSON, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
 #     bash benchmarks/train_gpu_round.sh
-set -u
-cd "$(dirname "$0")/.."
-out="${OUT:-benchmarks/results}"
-mkdir -p "$out"
-py="${PYTHON:-python}"
-date_tag="$(date -u +%Y-%m-%d)"
+source "$(dirname "$0")/gpu_round_common.sh"
 timeout 200 "$py" benchmarks/profile_train.py --variants compiled,graphs --batch 16 \
     --out "$out/profile_train_transformer_b16_library_$date_tag.json" > "$out/profile_train.log" 2>&1
 echo "profile rc=$?"; grep -v Warning "$out/profile_train.log" | head -n 40
