@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# One GPU round for the family table of docs/training.md, at most 10 minutes on an H100 (the first run, 2026-11-23, needed two calls: the
-# build and four specs took 500 s; RWKV-7 and the mamba specs compile for about a minute each):
+# One GPU round for the family table of docs/training.md, at most 10 minutes on an H100 (the
+# first run, 2026-11-23, needed two calls: the build and four specs took 500 s; RWKV-7 and the
+# mamba specs compile for about a minute each):
 #   1. benchmarks/build_mamba_ssm.py  mamba-ssm for this GPU only (about 3 minutes; skipped when
 #                                      the wheel is cached or mamba_ssm already imports)
 #   2. benchmarks/bench_train.py      one spec per family, 110m, compiled + CUDA graphs, 16 x 2K,
