@@ -172,7 +172,8 @@ def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init:
         ddA = ssd._chunk_scan_bwd_ddAcs_stable(x, dt, dA_cumsum, dout, CB)
         ddA += ddA_next + ddA_cumsum_prev.flip([-1]).cumsum(dim=-1).flip([-1])
         d_log_decay = unchunk(ddA, T).contiguous()  # per-step gradient of dA = of the log decay
-    dinit = x.new_empty(0, dtype=torch.float32) if init is None else dinit.unflatten(-1, (V, K))
+    # mamba gives the initial state's gradient in x's dtype; the op's is the state's (float32)
+    dinit = x.new_empty(0, dtype=torch.float32) if init is None else dinit.unflatten(-1, (V, K)).to(init.dtype)
     return tuple(t.contiguous() for t in (dx, d_log_decay, dB_all, dC_all, dinit))  # as the fakes say
 
 
