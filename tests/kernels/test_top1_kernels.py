@@ -160,6 +160,7 @@ def test_self_check_reports_a_wrong_kernel(tmp_path, monkeypatch):
     assert not ok and "differs from the reference" in detail
 
 
+@pytest.mark.slow  # compile plumbing: importing torch._dynamo and tracing cost seconds per worker
 def test_model_compiles_without_graph_breaks():
     """torch.compile(fullgraph=True) traces the planner's call, top1.run(key, ...), through the
     custom ops (forward and autograd) in one graph, once the key has been bound; the same code

@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from seqdsl.cli.main import main
 from tests.train.helpers import micro_run_args
 
@@ -43,6 +45,7 @@ def _kill_after_a_checkpoint(args: list[str], run: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # three runs, one of them a fresh interpreter importing torch: 5 s
 def test_sigkilled_run_resumes_to_the_uninterrupted_loss_curve(tmp_path):
     args = micro_run_args(tmp_path, steps=STEPS)
     assert main(args + ["--out", str(tmp_path / "full")]) == 0
