@@ -24,6 +24,19 @@ def spec_model(path: Path, **sizes) -> tuple[nodes.Program, nodes.Model]:
     return resized.program, resized.model.model_copy(update=sizes)
 
 
+def at_most_heads(program: nodes.Program, model: nodes.Model, max_heads: int = 64) -> nodes.Model:
+    """The model, narrowed (d_model scaled down) so that no mixer has more than `max_heads` heads.
+    Mamba-1 has one head per inner channel (2 x d_model = 256 at the tiny width) and a per-entry
+    decay whose chunked reference holds (B, H, T, 64, Dk) tensors: seconds per forward at the tiny
+    width, a tenth of that at 64 heads, where every per-head code path still runs."""
+    from seqdsl.ir.layout import head_layout
+
+    heads = max(head_layout(program.mixer(name), model.d_model).heads for name in model.mixer)
+    if heads <= max_heads:
+        return model
+    return model.model_copy(update={"d_model": model.d_model * max_heads // heads})
+
+
 def longest_chunk(program: nodes.Program, model: nodes.Model) -> int:
     """The largest selection/visibility chunk among the model's mixers (1 if none), so tests
     can use sequences that span several chunks."""

@@ -3,6 +3,7 @@ from a meta field; unreadable files are one message naming the file."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 
 import pytest
@@ -14,7 +15,8 @@ from seqdsl.errors import SeqFileError
 from tests.train.helpers import documents, write_jsonl, write_shards
 
 zstandard = pytest.importorskip("zstandard")
-pytest.importorskip("datasets")
+# found, not imported: importing datasets takes over a second, paid by the worker that runs these
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="needs HF datasets")
 
 
 def test_domain_is_the_folder_name(tmp_path):

@@ -29,6 +29,7 @@ def test_lower_reports_sizes_parameters_paths_and_tree(capsys):
     assert "(blocks 2,5,8,11): Block(" in out and "(head): Linear" in out
 
 
+@pytest.mark.slow  # importing fla (the planner asks it which kernels exist) costs 7 s on 2 cores
 def test_lower_plans_for_a_gpu_without_one(capsys):
     require_fla()
     code, out, _ = _run(capsys, str(SPECS_DIR / "mamba2.seq"), "--device", "cuda", "--no-tree",

@@ -21,7 +21,7 @@ from seqdsl.lower.lm import LanguageModel
 from seqdsl.lower.mixer import LoweringError, MixerModule
 from seqdsl.lower.paths import set_path
 from tests.language.strategies import mixers
-from tests.spec_library import SPEC_FILES, SPEC_IDS, shrink_mixer, spec_model
+from tests.spec_library import SPEC_FILES, SPEC_IDS, at_most_heads, shrink_mixer, spec_model
 
 
 @settings(max_examples=150, deadline=None)
@@ -46,7 +46,7 @@ def test_lowering_builds_exactly_what_the_checker_accepts(mixer):
 @pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
 def test_bf16_autocast_forward_backward_and_no_grad_decode(path):
     program, model = spec_model(path, vocab=64)
-    model = model.model_copy(update={"context": 64})
+    model = at_most_heads(program, model).model_copy(update={"context": 64})
     torch.manual_seed(0)
     lm = LanguageModel(program, model)
     tokens = torch.randint(0, 64, (2, 33))

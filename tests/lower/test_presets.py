@@ -23,7 +23,8 @@ PRESET_PARAMS = [pytest.param(p, marks=pytest.mark.slow) if p == "1.3b" else p f
 @pytest.mark.parametrize("preset", PRESET_PARAMS)
 @pytest.mark.parametrize("path", SPEC_FILES, ids=SPEC_IDS)
 def test_every_spec_builds_at_every_preset(path, preset):
-    resized = model_at(seqdsl.load(path).program, preset=preset)
+    program = seqdsl.load(path).program
+    resized = model_at(program, preset=preset)
     model = resized.model
     assert model.d_model == nodes.PRESET_SIZES[preset]["d_model"]
     assert model.name.endswith("_" + preset.replace(".", "_"))
@@ -34,7 +35,7 @@ def test_every_spec_builds_at_every_preset(path, preset):
         mixer = block.mixer
         inner = mixer.H * mixer.Dv
         # the mixer's inner width keeps its ratio to d_model (110m is what the specs are written at)
-        src = head_layout(seqdsl.load(path).program.mixer(mixer.spec.name), 768)
+        src = head_layout(program.mixer(mixer.spec.name), 768)
         assert inner * 768 == src.heads * src.head_dim * model.d_model
 
 

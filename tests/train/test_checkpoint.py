@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,21 +13,28 @@ import torch
 
 from seqdsl.train import checkpoint
 
-ROOT = Path(__file__).resolve().parents[2]
 
-# A child that writes checkpoints of a ~16 MB model in a loop, step after step, until killed.
-WRITER = """
-import sys, torch
-from pathlib import Path
-from seqdsl.train import checkpoint
-model = torch.nn.Linear(2048, 2048)
-opt = torch.optim.AdamW(model.parameters())
-model(torch.ones(1, 2048)).sum().backward(); opt.step()
-for step in range(1, 10_000):
-    with torch.no_grad():
-        model.weight.fill_(step)
-    checkpoint.save(Path(sys.argv[1]), step, model, opt, {"cursor": step}, "spec", keep=2)
-"""
+def _fork_writer(root: Path) -> int:
+    """Fork a child that writes checkpoints of a ~16 MB model (and its ~32 MB AdamW state) in a
+    loop, step after step, until killed; return its pid. A fork shares the imported torch, so
+    the child starts at once (a fresh interpreter spent seconds importing it). Everything that
+    runs torch's thread pool (the first backward and optimizer step) happens before the fork,
+    and the child keeps to one thread: a forked OpenMP pool is not usable."""
+    model = torch.nn.Linear(2048, 2048)
+    opt = torch.optim.AdamW(model.parameters())
+    model(torch.ones(1, 2048)).sum().backward()
+    opt.step()
+    pid = os.fork()
+    if pid:
+        return pid
+    try:  # the child: never returns into pytest
+        torch.set_num_threads(1)
+        for step in range(1, 10_000):
+            with torch.no_grad():
+                model.weight.fill_(step)
+            checkpoint.save(root, step, model, opt, {"cursor": step}, "spec", keep=2)
+    finally:
+        os._exit(1)
 
 
 def _model_and_optimizer():
@@ -40,22 +45,26 @@ def _model_and_optimizer():
     return model, opt
 
 
-# Each case spawns a child that imports torch (seconds): one delay runs in the fast suite, the
-# others (earlier and later inside a write) with the slow tests.
+# Each case kills a writer at another moment (earlier and later inside a write); one runs in the
+# fast suite, the others with the slow tests.
 @pytest.mark.parametrize("delay", [pytest.param(0.05, marks=pytest.mark.slow), 0.13,
                                    pytest.param(0.29, marks=pytest.mark.slow)])
 def test_sigkill_during_checkpoint_writes_leaves_latest_loadable(tmp_path, delay):
     root = tmp_path / "checkpoints"
-    proc = subprocess.Popen([sys.executable, "-c", WRITER, str(root)], cwd=ROOT, stderr=subprocess.PIPE)
+    pid = _fork_writer(root)
+    exited = lambda: os.waitpid(pid, os.WNOHANG)[0] != 0  # reaps it if it did
+    gone = False
     try:
         deadline = time.monotonic() + 120
-        while not (root / "latest").exists() and time.monotonic() < deadline and proc.poll() is None:
+        while not (root / "latest").exists() and time.monotonic() < deadline and not (gone := exited()):
             time.sleep(0.005)
-        assert proc.poll() is None, proc.stderr.read().decode()
         time.sleep(delay)  # somewhere inside a later write
-        os.kill(proc.pid, signal.SIGKILL)
+        gone = gone or exited()
+        assert not gone, "the writer exited before it could be killed (its error is in the captured output)"
     finally:
-        proc.wait()
+        if not gone:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
     loaded = checkpoint.load_latest(root)  # verified against the hashes in state.json
     model = torch.nn.Linear(2048, 2048)
     checkpoint.restore(loaded, model, None)

@@ -1,5 +1,6 @@
-"""A run killed with SIGKILL mid-training and resumed gives the uninterrupted run's loss curve
-exactly (CPU, fixed seed): weights, optimizer, data cursor and schedule all come back."""
+"""A run stopped mid-training and resumed gives the uninterrupted run's loss curve exactly (CPU,
+fixed seed): weights, optimizer, data cursor and schedule all come back. Stopped by Ctrl-C in the
+fast suite (in-process, a second); by SIGKILL in a fresh interpreter with the slow tests."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from seqdsl.cli.main import main
+from seqdsl.train import step as step_module
 from tests.train.helpers import micro_run_args
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,6 +47,7 @@ def _kill_after_a_checkpoint(args: list[str], run: Path) -> None:
     assert proc.returncode == -signal.SIGKILL
 
 
+@pytest.mark.slow  # three runs, one of them a fresh interpreter importing torch: 5 s
 def test_sigkilled_run_resumes_to_the_uninterrupted_loss_curve(tmp_path):
     args = micro_run_args(tmp_path, steps=STEPS)
     assert main(args + ["--out", str(tmp_path / "full")]) == 0
@@ -55,3 +60,27 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_loss_curve(tmp_path):
     assert records(killed, "eval") == records(tmp_path / "full", "eval")
     events = [r["event"] for r in records(killed, "event")]
     assert events == ["resume"]
+
+
+def test_interrupted_run_resumes_to_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
+    steps = 8  # checkpoints every 2 steps, evaluations every 4 (tests/train/helpers.py)
+    args = micro_run_args(tmp_path, steps=steps)
+    assert main(args + ["--out", str(tmp_path / "full")]) == 0
+    real = step_module.CausalLoss.forward
+    calls = {"n": 0}
+
+    def ctrl_c_at_step_7(self, inputs, targets):
+        calls["n"] += 1
+        if calls["n"] == 7:
+            raise KeyboardInterrupt
+        return real(self, inputs, targets)
+
+    monkeypatch.setattr(step_module.CausalLoss, "forward", ctrl_c_at_step_7)
+    stopped = tmp_path / "stopped"
+    assert main(args + ["--out", str(stopped)]) == 130
+    assert [r["step"] for r in records(stopped, "train")] == [1, 2, 3, 4, 5, 6]
+    monkeypatch.setattr(step_module.CausalLoss, "forward", real)
+    assert main(args + ["--out", str(stopped), "--resume"]) == 0
+    assert records(stopped, "train") == records(tmp_path / "full", "train")
+    assert records(stopped, "eval") == records(tmp_path / "full", "eval")
+    assert [r["event"] for r in records(stopped, "event")] == ["resume"]

@@ -165,6 +165,8 @@ def test_optimizer_for_takes_the_run_configs_settings():
     assert opt.defaults["foreach"] is True and not opt.defaults["fused"]
 
 
+# slow: compile plumbing (importing torch._dynamo and tracing cost seconds per worker)
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["transformer", "top1_chunk_approx", "mamba2"])
 def test_the_compiled_model_body_traces_as_one_graph(name):
     """A graph break inside the block loop sends the whole compiled step back to eager (this
