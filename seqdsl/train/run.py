@@ -50,10 +50,13 @@ def train(config: RunConfig, out: Path, *, resume: bool = False, show_progress: 
     """Run (or resume) the training described by `config` in run directory `out`; returns the
     number of optimizer steps done in total."""
     d = distributed.init(device_kind(config.device))
+    failed = True
     try:
-        return _train(config, out, d, resume=resume, show_progress=show_progress and d.main)
+        steps = _train(config, out, d, resume=resume, show_progress=show_progress and d.main)
+        failed = False
+        return steps
     finally:
-        distributed.shutdown(d)
+        distributed.shutdown(d, failed=failed)
 
 
 def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, show_progress: bool) -> int:
