@@ -59,6 +59,19 @@ def _scan_fn():
     return selective_scan_fn
 
 
+@functools.lru_cache(maxsize=None)
+def importable() -> str:
+    """"" when mamba-ssm's selective scan imports here, else why not."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            _scan_fn()
+    except Exception as err:  # ImportError, or its CUDA extension (selective_scan_cuda) failing to load
+        return f"mamba-ssm's selective scan is not importable here ({type(err).__name__}: " \
+               f"{str(err).splitlines()[0][:120] if str(err) else ''})"
+    return ""
+
+
 def _cuda():
     """mamba-ssm's CUDA extension, which `selective_scan_fn` wraps (importable() checks both)."""
     import selective_scan_cuda
