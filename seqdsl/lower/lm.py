@@ -157,21 +157,21 @@ class LanguageModel(nn.Module):
         for block, s in zip(self.blocks, state):
             x, s = block(x, s)
             new_state.append(s)
-        return self.head(self.norm(x)), new_state
+        return self.logits(x), new_state
 
     def training_hidden(self, tokens: Tensor) -> Tensor:
         """(B, T, D) output of the last block for whole sequences from position 0, no state
         carried in or out: the body of the forward training runs, written as one plain function so
-        `torch.compile` traces it as one graph (seqdsl/train/step.py). `training_logits` adds the
-        final norm and the head; together they equal forward(tokens)[0], without its checks."""
+        `torch.compile` traces it as one graph (seqdsl/train/step.py). `logits` of it equal
+        forward(tokens)[0], without forward's checks."""
         x = self.embed(tokens)
         for block in self.blocks:
             x, _ = block(x, _FRESH, keep_state=False)
         return x
 
-    def training_logits(self, tokens: Tensor) -> Tensor:
-        """(B, T, V) logits of `training_hidden`."""
-        return self.head(self.norm(self.training_hidden(tokens)))
+    def logits(self, hidden: Tensor) -> Tensor:
+        """(B, T, V) from the last block's output (B, T, D): final norm, then the head."""
+        return self.head(self.norm(hidden))
 
     def loss(self, tokens: Tensor, targets: Tensor) -> Tensor:
         logits, _ = self(tokens)

@@ -202,16 +202,13 @@ def _(x, log_decay, Bm, Cm, init, dout, dfinal):
 
 
 def _ssd_setup(ctx, inputs, output):
-    x, log_decay, Bm, Cm, init = inputs
-    ctx.save_for_backward(x, log_decay, Bm, Cm, init)
-    ctx.has = (log_decay is not None, init is not None)
+    ctx.save_for_backward(*inputs)
 
 
 def _ssd_grad(ctx, dout, dfinal):
     x, log_decay, Bm, Cm, init = ctx.saved_tensors
     dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, dout, dfinal)
-    has_decay, has_init = ctx.has
-    return dx, d_log_decay if has_decay else None, dB, dC, dinit if has_init else None
+    return dx, None if log_decay is None else d_log_decay, dB, dC, None if init is None else dinit
 
 
 _ssd_op.register_autograd(_ssd_grad, setup_context=_ssd_setup)

@@ -148,8 +148,7 @@ def scan_arguments(m, G: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     return u, delta, A, per_group(m.k), per_group(m.q)
 
 
-def selective_scan(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor,
-                   return_last_state: bool = True) -> tuple[Tensor, Tensor]:
+def selective_scan(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor) -> tuple[Tensor, Tensor]:
     """`selective_scan_fn(u, delta, A, B, C, return_last_state=True)` as custom ops: (y (B, D, T),
     last state (B, D, K)), both differentiable (mamba's last state has no gradient)."""
     out, last, _ = _scan_op(u, delta, A, Bm, Cm)
@@ -165,7 +164,7 @@ def scan(m, S: Tensor | None, G: int, scan_fn=None) -> tuple[Tensor, Tensor]:
     batch, T, H, V = m.v.shape
     K = m.q.shape[-1]
     u, delta, A, Bm, Cm = scan_arguments(m, G)
-    y, last = scan_fn(u, delta, A, Bm, Cm, return_last_state=True)
+    y, last = scan_fn(u, delta, A, Bm, Cm)
     o = y.transpose(1, 2).reshape(batch, T, H, V)
     final = last.reshape(batch, H, V, K).transpose(-1, -2)
     if S is not None:  # the scan starts from zero; the recurrence is linear in the state

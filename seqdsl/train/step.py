@@ -66,7 +66,7 @@ class CausalLoss(nn.Module):
         return self._compiled
 
     def _head_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:
-        return next_token_loss(self.lm.head(self.lm.norm(hidden)), targets)
+        return next_token_loss(self.lm.logits(hidden), targets)
 
     def forward(self, inputs: Tensor, targets: Tensor) -> Tensor:  # (M, T), (M, T) -> ()
         if not self.compile:

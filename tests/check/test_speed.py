@@ -21,10 +21,10 @@ def test_check_library_imports_no_backend():
     assert heavy_imports("check library", HEAVY) == ([], "None")
 
 
-def test_the_check_benchmark_checks_every_spec_without_a_backend(tmp_path):
+def test_the_check_benchmark_runs_over_every_spec(tmp_path):
     """The time itself is a benchmark's (benchmarks/bench_check.py), not a test's: here its run
-    checks every library spec and reports no heavy import (in this process torch may be loaded
-    by other tests, so the fresh-interpreter tests above are the import check)."""
+    checks every library spec and writes a time. Its heavy-import column is not asserted: in
+    this process other tests may have loaded torch (the fresh-interpreter tests above check that)."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("bench_check", SPECS.parent / "benchmarks" / "bench_check.py")

@@ -123,10 +123,10 @@ def test_compile_compiles_the_model_body_and_the_head_with_its_loss():
     assert getattr(head_loss, "_torchdynamo_orig_callable", None) == loss_fn._head_loss
 
 
-def test_training_logits_equal_the_forward_logits():
+def test_the_training_body_and_logits_equal_the_forward_logits():
     lm = micro_lm()
     x = rows()[:, :-1]
-    assert torch.equal(lm.training_logits(x), lm(x)[0])
+    assert torch.equal(lm.logits(lm.training_hidden(x)), lm(x)[0])
 
 
 @pytest.mark.slow
