@@ -81,8 +81,9 @@ def _resized(name: str, preset: str):
     return model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
 
 
-def _layer_runs(key, device: torch.device) -> dict:
-    """{op: fn(RecurrentInputs) -> (o, state)} for each backend measured on `device`."""
+def _layer_runs(key, device: torch.device, chunks: tuple[int, ...] = ()) -> dict:
+    """{op: fn(RecurrentInputs) -> (o, state)} for each backend measured on `device`; mamba.ssd
+    also at each chunk size of `chunks` (other than its default)."""
     runs = {}
     if device.type == "cuda" and key.decay_shape == "selective":  # mamba-ssm runs on CUDA only
         from seqdsl.lower import selective_scan_paths
@@ -92,6 +93,8 @@ def _layer_runs(key, device: torch.device) -> dict:
         from seqdsl.lower import fla_paths, mamba_paths
 
         runs["mamba.ssd"] = lambda m: mamba_paths.run(key, m, None)
+        for chunk in (c for c in chunks if c != mamba_paths.CHUNK):
+            runs[f"mamba.ssd(chunk={chunk})"] = lambda m, chunk=chunk: mamba_paths.run(key, m, None, chunk)
         runs["fla.chunk_simple_gla"] = lambda m: fla_paths.run("fla.chunk_simple_gla", m, None)
     runs["reference.chunked"] = lambda m: _recurrent_reference(key, m, None, False)
     return runs
@@ -115,13 +118,13 @@ def _layer_inputs(key, batch: int, seq: int, device: torch.device, dtype: torch.
 
 
 def layer_rows(spec: str, preset: str, batch: int, seq: int, device: torch.device, dtype: torch.dtype,
-               reps: int) -> list[dict]:
+               reps: int, chunks: tuple[int, ...] = ()) -> list[dict]:
     """One row per backend for one layer's mixing of `spec` (mamba2 or mamba) at `preset`."""
     resized = _resized(spec, preset)
     key = kernel_key(resized.program.mixer(spec), resized.model.d_model)
     base = _layer_inputs(key, batch, seq, device, dtype)
     outputs, rows = {}, []
-    for name, fn in _layer_runs(key, device).items():
+    for name, fn in _layer_runs(key, device, chunks).items():
         leaves = {n: t.detach().clone().requires_grad_() for n, t in base.items()}
 
         def step():
@@ -210,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="Mamba-1's layer batch: its reference holds a (16, 16, 16) decay block per chunk, "
                          "channel and sequence")
     ap.add_argument("--layer-reps", type=int, default=10)
+    ap.add_argument("--layer-specs", default="mamba2,mamba", help="the layers of part 1 (mamba: Mamba-1)")
+    ap.add_argument("--ssd-chunks", default="",
+                    help="more chunk sizes for mamba.ssd's layer rows, e.g. 64,128 (the path's default is 256)")
     ap.add_argument("--train-seqs", default="2048,8192")
     ap.add_argument("--train-specs", default="transformer,mamba2",
                     help="specs/<name>.seq to train, the first being the baseline of the ratios (mamba: Mamba-1)")
@@ -240,8 +246,11 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).parent.mkdir(parents=True, exist_ok=True)
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
 
-    for spec, batch in (("mamba2", args.layer_batch), ("mamba", args.mamba1_layer_batch)):
-        rows = layer_rows(spec, args.preset, batch, args.layer_seq, device, layer_dtype, args.layer_reps)
+    chunks = tuple(int(c) for c in args.ssd_chunks.split(",") if c)
+    layer_batch = {"mamba2": args.layer_batch, "mamba": args.mamba1_layer_batch}
+    for spec in (s for s in args.layer_specs.split(",") if s):
+        batch = layer_batch[spec]
+        rows = layer_rows(spec, args.preset, batch, args.layer_seq, device, layer_dtype, args.layer_reps, chunks)
         result["layers"].append({"spec": spec, "batch": batch, "seq": args.layer_seq,
                                  "dtype": str(layer_dtype).removeprefix("torch."), "rows": rows})
         save()

@@ -7,12 +7,26 @@ mkdir -p "$out"
 py="${PYTHON:-python}"
 date_tag="$(date -u +%Y-%m-%d)"
 
-# mamba-ssm for this GPU only, from the sdist in .sdist/ (docs/mamba.md; about 3 minutes),
-# unless it already imports.
+# mamba-ssm for this GPU only: a wheel built by an earlier round and carried back in .mambawhl/
+# (split in parts under 16 MiB, the device tool's limit on a returned file), else built from the
+# sdist in .sdist/ (docs/mamba.md; about 3 minutes), unless it already imports. With
+# SPLIT_MAMBA_WHEEL=1 a fresh build is split into $out for the next round to carry.
 ensure_mamba() {
-    if ! "$py" -c "import mamba_ssm" 2> /dev/null; then
-        timeout 300 "$py" benchmarks/build_mamba_ssm.py --sdist .sdist/mamba_ssm-*.tar.gz --install \
-            > "$out/build_mamba.log" 2>&1
-        echo "mamba build rc=$?"; tail -n 2 "$out/build_mamba.log"
+    "$py" -c "import mamba_ssm" 2> /dev/null && return
+    local parts=(.mambawhl/*.whl.part-*)
+    if [ -e "${parts[0]}" ]; then
+        local wheel="/tmp/$(basename "${parts[0]%.part-*}")"
+        cat "${parts[@]}" > "$wheel"
+        "$py" -m pip install -q --no-deps "$wheel" > "$out/build_mamba.log" 2>&1
+        echo "mamba install from the carried wheel rc=$?"
+        return
+    fi
+    timeout 300 "$py" benchmarks/build_mamba_ssm.py --sdist .sdist/mamba_ssm-*.tar.gz --install \
+        > "$out/build_mamba.log" 2>&1
+    echo "mamba build rc=$?"; tail -n 2 "$out/build_mamba.log"
+    if [ "${SPLIT_MAMBA_WHEEL:-0}" = 1 ]; then
+        local built
+        built="$(sed -n 's/^wheel: \(.*\.whl\) (.*/\1/p' "$out/build_mamba.log")"
+        [ -n "$built" ] && split -b 15M "$built" "$out/$(basename "$built").part-"
     fi
 }

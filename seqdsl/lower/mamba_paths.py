@@ -47,7 +47,7 @@ from seqdsl.ir.key import KernelKey
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
-CHUNK = 256  # Mamba-2's chunk size
+CHUNK = 256  # Mamba-2's chunk size (the default; any power of two >= 16 is exact)
 _KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
             "_state_passing_fwd", "_state_passing_bwd", "_chunk_scan_fwd", "_chunk_scan_bwd_dstates",
             "_chunk_scan_bwd_dC", "_chunk_scan_bwd_dcb", "_chunk_scan_bwd_ddAcs_stable",
@@ -83,14 +83,15 @@ def groups(key: KernelKey) -> int:
 # --- the mapping -------------------------------------------------------------------------------------
 
 
-def chunk_decays(log_decay: Tensor | None, B: int, T: int, H: int, device) -> tuple[Tensor, Tensor]:
+def chunk_decays(log_decay: Tensor | None, B: int, T: int, H: int, device,
+                 chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """(dA_cumsum, dt), both (B, H, c, l) float32: the within-chunk cumulative log decay (zeros
     for no decay) and the write scale, 1 on real steps and 0 on the padding after T (as mamba's
     `_chunk_cumsum_fwd` leaves the padding: no decay, no write)."""
-    c = math.ceil(T / CHUNK)
+    c = math.ceil(T / chunk)
     g = torch.zeros(B, T, H, device=device) if log_decay is None else log_decay.float()
-    g = F.pad(g, (0, 0, 0, c * CHUNK - T)).view(B, c, CHUNK, H).permute(0, 3, 1, 2)
-    dt = F.pad(torch.ones(B, T, H, device=device), (0, 0, 0, c * CHUNK - T)).view(B, c, CHUNK, H)
+    g = F.pad(g, (0, 0, 0, c * chunk - T)).view(B, c, chunk, H).permute(0, 3, 1, 2)
+    dt = F.pad(torch.ones(B, T, H, device=device), (0, 0, 0, c * chunk - T)).view(B, c, chunk, H)
     return g.cumsum(-1).contiguous(), dt.permute(0, 3, 1, 2).contiguous()
 
 
@@ -123,41 +124,41 @@ def _arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, ...]:
 
 
 def _forward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
-             init: Tensor | None) -> tuple[Tensor, Tensor]:
+             init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor]:
     ssd = _ssd()
     batch, T, H, V = x.shape
     K = Bm.shape[-1]
-    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
+    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device, chunk)
     states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
     states, final = ssd._state_passing_fwd(
         states.flatten(-2), dA_cumsum[:, :, :, -1],
-        initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK, out_dtype=Cm.dtype)
+        initial_states=None if init is None else init.flatten(-2), chunk_size=chunk, out_dtype=Cm.dtype)
     states = states.unflatten(-1, (V, K))
-    CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+    CB = ssd._bmm_chunk_fwd(Cm, Bm, chunk, output_dtype=torch.float32)
     out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states)
     return out.contiguous(), final.unflatten(-1, (V, K)).contiguous()  # contiguous, as the fakes say
 
 
 def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
-              dout: Tensor, dfinal: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+              dout: Tensor, dfinal: Tensor, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """As mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx; the forward's states
     are recomputed, as mamba does."""
     ssd = _ssd()
     batch, T, H, V = x.shape
     G, K = Bm.shape[-2:]
     dout = dout.contiguous()
-    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device)
-    CB = ssd._bmm_chunk_fwd(Cm, Bm, CHUNK, output_dtype=torch.float32)
+    dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device, chunk)
+    CB = ssd._bmm_chunk_fwd(Cm, Bm, chunk, output_dtype=torch.float32)
     states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
     states, _ = ssd._state_passing_fwd(
         states.flatten(-2), dA_cumsum[:, :, :, -1],
-        initial_states=None if init is None else init.flatten(-2), chunk_size=CHUNK)
+        initial_states=None if init is None else init.flatten(-2), chunk_size=chunk)
     dstates = ssd._chunk_scan_bwd_dstates(Cm, dA_cumsum, dout, dtype=states.dtype)
     dstates, ddA_chunk_cumsum, dinit, states = ssd._state_passing_bwd(
         states, dA_cumsum[:, :, :, -1], dstates.flatten(-2),
         dfinal_states=dfinal.float().flatten(-2).contiguous(),
         has_initial_states=init is not None, dstates_dtype=x.dtype, states_dtype=x.dtype,
-        chunk_size=CHUNK)
+        chunk_size=chunk)
     states, dstates = states.unflatten(-1, (V, K)), dstates.unflatten(-1, (V, K))
     dx, _ddt_write, _ = ssd._chunk_scan_chunk_state_bwd_dx(x, dt, dA_cumsum, Bm, CB, dout, dstates)
     dB, ddA_next = ssd._chunk_state_bwd_db(x, dt, dA_cumsum, dstates, B=Bm, ngroups=G)
@@ -179,50 +180,52 @@ def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init:
 
 @torch.library.custom_op("seqdsl::mamba_ssd", mutates_args=())
 def _ssd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
-            init: Tensor | None) -> tuple[Tensor, Tensor]:
-    return _forward(x, log_decay, Bm, Cm, init)
+            init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor]:
+    return _forward(x, log_decay, Bm, Cm, init, chunk)
 
 
 @_ssd_op.register_fake
-def _(x, log_decay, Bm, Cm, init):
+def _(x, log_decay, Bm, Cm, init, chunk):
     batch, T, H, V = x.shape
     return x.new_empty(batch, T, H, V), x.new_empty(batch, H, V, Bm.shape[-1], dtype=torch.float32)
 
 
 @torch.library.custom_op("seqdsl::mamba_ssd_bwd", mutates_args=())
 def _ssd_bwd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
-                dout: Tensor, dfinal: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _backward(x, log_decay, Bm, Cm, init, dout, dfinal)
+                dout: Tensor, dfinal: Tensor, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk)
 
 
 @_ssd_bwd_op.register_fake
-def _(x, log_decay, Bm, Cm, init, dout, dfinal):
+def _(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
     fresh = lambda t: x.new_empty(0, dtype=torch.float32) if t is None else t.new_empty(t.shape)  # contiguous
     return tuple(fresh(t) for t in (x, log_decay, Bm, Cm, init))
 
 
 def _ssd_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
+    ctx.save_for_backward(*inputs[:-1])
+    ctx.chunk = inputs[-1]
 
 
 def _ssd_grad(ctx, dout, dfinal):
     x, log_decay, Bm, Cm, init = ctx.saved_tensors
-    dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, dout, dfinal)
-    return dx, None if log_decay is None else d_log_decay, dB, dC, None if init is None else dinit
+    dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, dout, dfinal, ctx.chunk)
+    return dx, None if log_decay is None else d_log_decay, dB, dC, None if init is None else dinit, None
 
 
 _ssd_op.register_autograd(_ssd_grad, setup_context=_ssd_setup)
 
 
-def ssd(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None) -> tuple[Tensor, Tensor]:
+def ssd(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
+        chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """mamba's layout in and out: o (B, T, H, V), final state (B, H, V, K) float32. The discrete
-    SSD with write scale 1 (see the module docstring)."""
-    return _ssd_op(x, log_decay, Bm, Cm, init)
+    SSD with write scale 1 (see the module docstring), in chunks of `chunk` steps."""
+    return _ssd_op(x, log_decay, Bm, Cm, init, chunk)
 
 
-def run(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
+def run(key: KernelKey, m, S: Tensor | None, chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """The reference's (o, final state (B, H, K, V)) for RecurrentInputs `m`, through mamba-ssm."""
-    o, final = ssd(*arguments(key, m, S))
+    o, final = ssd(*arguments(key, m, S), chunk)
     return o, final.transpose(-1, -2)
 
 

@@ -23,12 +23,12 @@ from seqdsl.lower import selective_scan_paths as scan_paths
 from tests.oracles.selective_scan import selective_scan_loop
 
 
-def _ssd_stand_in_forward(x, log_decay, Bm, Cm, init):
+def _ssd_stand_in_forward(x, log_decay, Bm, Cm, init, chunk):
     o, final = mamba_paths.reference(x, log_decay, Bm, Cm, init)
     return o.to(x.dtype).contiguous(), final.float().contiguous()  # mamba's layout: contiguous
 
 
-def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, dout, dfinal):
+def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
     # torch.func, not torch.autograd: a custom op's implementation runs below the autograd keys
     present = [t for t in (x, log_decay, Bm, Cm, init) if t is not None]
 
@@ -66,7 +66,7 @@ def _grads(fn, inputs):
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
 def test_the_ssd_op_passes_opcheck(ssd_stand_in, decay, init):
     inputs = [None if t is None else t.requires_grad_() for t in _ssd_inputs(decay, init)]
-    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd.default, tuple(inputs))
+    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd.default, (*inputs, mamba_paths.CHUNK))
 
 
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
