@@ -362,21 +362,28 @@ def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G:
     unchanged, for steps of these widths, grouping and decay (the key's decay_shape: "none" and
     "scalar" take the SSD path's step, "selective" the selective scan path's) on this machine;
     else (False, why)."""
+    H = min(H, 4 * G)
+    m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
+    # the reference in float64 and outside any autocast region: planning can run inside the
+    # caller's bf16 autocast, and a float32 reference there (or under TF32) differs from the
+    # exact float32 kernel by more than the tolerance (7e-3, H100, bf16 autocast)
+    with torch.autocast(device.type, enabled=False):
+        return _step_check(m, S0, G, decay, selfcheck.TF32_TOLERANCE.get(dtype, 5e-3))
+
+
+def _step_check(m, S0: Tensor, G: int, decay: str, tol: float) -> tuple[bool, str]:
     from seqdsl.lower import selective_scan_paths
     from seqdsl.lower.paths import RecurrentInputs
 
-    H = min(H, 4 * G)
-    m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
-    up = lambda t: None if t is None else t.float()
+    up = lambda t: None if t is None else t.double()
     log_decay, v = up(m.log_decay), up(m.v)
     if decay == "selective":
-        log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, v)
+        log_decay, v = rec_ref.selective_to_additive(m.dt.double(), m.rate.double(), v)
         take_step = selective_scan_paths.grouped_step
     else:
         take_step = grouped_step
-    want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=S0)
-    tol = selfcheck.TF32_TOLERANCE.get(dtype, 5e-3)
-    rel = lambda x, y: ((x.float() - y).norm() / (y.norm() + 1e-12)).item()
+    want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=up(S0))
+    rel = lambda x, y: ((x.double() - y).norm() / (y.norm() + 1e-12)).item()
     at = lambda x, t: None if x is None else x[:, t:t + 1]
     S, before = S0, S0.clone()
     try:

@@ -128,3 +128,23 @@ def test_mamba_decoding_steps_chain_and_split_launches_without_touching_the_give
         assert _rel(o[:, 0], want_o[:, t]) < 1e-6  # the state is float32 between steps
     assert _rel(S.double(), want_S) < 1e-6 and torch.equal(S0, before)
     assert launches == [2 * H, H] * T
+
+
+@pytest.mark.parametrize("decay", ["scalar", "none"])
+def test_the_decoding_self_check_holds_inside_the_callers_bf16_autocast(monkeypatch, decay):
+    """Paths can be planned inside a bf16 autocast region: the step self-check must compare the
+    exact float32 kernel with an exact reference there, not with one autocast runs in bfloat16
+    (H100, 2026-11-23: the real kernel failed that way by 7e-3). The stand-in kernel is the
+    published update in float32, which autocast does not touch, as it does not touch Triton."""
+    def kernel(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False):
+            return state_update(*args, **kwargs)
+
+    monkeypatch.setattr(mamba_paths, "state_update_kernel", lambda: kernel)
+    mamba_paths.step_self_check.cache_clear()
+    try:
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            ok, why = mamba_paths.step_self_check(torch.float32, torch.device("cpu"), 128, 64, 1, 4, decay)
+    finally:
+        mamba_paths.step_self_check.cache_clear()
+    assert ok, why
