@@ -268,11 +268,11 @@ class MixerModule(nn.Module):
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
-        # A sum over the taps (= a depthwise conv1d), in the (B, T, C) layout: under torch.compile
-        # it and its backward fuse into a few memory-bound kernels. F.conv1d wants (B, C, T), and
-        # its depthwise kernels are slow: with the two transposes they took 57 of a 110m Mamba-2
-        # training step's 216 ms (H100, bf16, 16 x 2K, 2026-11-23); on the CPU they take seconds
-        # per call in float64 on decoding's few-token inputs (torch 2.13).
+        # A sum over the taps (= a depthwise conv1d) in the (B, T, C) layout, on every device.
+        # F.conv1d wants (B, C, T): on the CPU it takes seconds per call in float64 on decoding's
+        # few-token inputs (torch 2.13); on an H100 its depthwise kernels and the two transposes
+        # took 57 of a compiled 110m Mamba-2 step's 216 ms (bf16, 16 x 2K), yet the step with
+        # the taps fused by inductor instead ran at the same speed (docs/mamba.md, 2026-11-23).
         out = sum(full[:, s:s + T] * self.conv_weight[:, s] for s in range(size))
         return F.silu(out), full[:, full.shape[1] - (size - 1):]
 
