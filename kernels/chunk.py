@@ -66,7 +66,7 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     gw (B, T, H, Dk) in q's dtype, the gate's dq direction (Exact with stats; else empty)."""
     mod = load(key)
     B, T, H, _ = q.shape
-    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
+    cfg = launch.tuned("chunk.fwd", launch.tiles(q.shape[-1], q.dtype, train=with_stats))
     bm = _block_m(key, cfg)
     sel = torch.empty(B * H, T, dtype=torch.int32, device=q.device)
     n = T if with_stats else 0
@@ -90,7 +90,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     kbar = kbar_for(key, k)
     sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = launch.bucket(sel, n_chunks)
-    cfg = launch.tiles(q.shape[-1], q.dtype, train=with_stats)
+    cfg = launch.tuned("chunk.fwd", launch.tiles(q.shape[-1], q.dtype, train=with_stats))
     bm = _block_m(key, cfg)
     o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
     lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
@@ -122,7 +122,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     do = do.contiguous()
     # D_i = dO_i . o_i = dL/dG_i, and GG_i = D_i * G_i (STE)
     delta, gg = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o, saved["gate"] if ste else None)
-    cfg = launch.tiles(Dk, q.dtype, train=True)
+    cfg = launch.tuned("chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
     bm = _block_m(key, cfg)
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = saved["kbar"]

@@ -39,7 +39,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
     idx = torch.empty(B * H, Tq, dtype=torch.int32, device=q.device)
     lse = torch.empty(B * H, Tq if with_soft else 0, dtype=torch.float32, device=q.device)
     o_soft = torch.empty(B, Tq if with_soft else 0, H, Dv, dtype=v.dtype, device=q.device)
-    cfg = launch.tiles(q.shape[-1], q.dtype, train=False)  # flash-forward shapes either way
+    cfg = launch.tuned("element.fwd", launch.tiles(q.shape[-1], q.dtype, train=False))  # flash shapes either way
     grid = (B * H, triton_cdiv(Tq, cfg["BLOCK_M"]))  # (heads, blocks): the kernels order the work
     getattr(mod, f"{name}_fwd")[grid](
         q, k, v, o, idx, lse, o_soft, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H,
@@ -51,7 +51,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
 def hard_value_grad(key: KernelKey, do: Tensor, idx: Tensor, v: Tensor) -> Tensor:
     """dv_j = sum of dO_i over the queries i whose arg-max is j ((B, T, H, Dv), v's dtype)."""
     B, T, H, Dv = do.shape
-    cfg = launch.value_grad_tiles(q_dtype=do.dtype)
+    cfg = launch.tuned("element.value_grad", launch.value_grad_tiles(q_dtype=do.dtype))
     n_blocks = triton_cdiv(T, cfg["BLOCK_N"])
     perm, starts = launch.bucket(torch.div(idx, cfg["BLOCK_N"], rounding_mode="floor"), n_blocks)
     dv = torch.empty_like(v)  # every row is written (zero where no query chose the key)
@@ -77,6 +77,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o_soft)
     dq, dk = torch.empty_like(q), torch.empty_like(k)
     kv_cfg, q_cfg = launch.backward_tiles(q.shape[-1], q.dtype)
+    kv_cfg, q_cfg = launch.tuned("element.bwd_dkdv", kv_cfg), launch.tuned("element.bwd_dq", q_cfg)
     prec = launch.precision(q.dtype)
     getattr(mod, f"{name}_bwd_dkdv")[(B * H, triton_cdiv(T, kv_cfg["BLOCK_N"]))](
         q, k, v, do, lse, delta, dk, dv, *launch.strides(q, k, v, do), T, H, PREC=prec,

@@ -1,14 +1,23 @@
 """Launch helpers shared by the Top-1 runtimes: tile sizes, dot precision, strides.
 
 Shape legend: q, k (B, T, H, Dk); v (B, T, H, Dv); per-row statistics (B*H, T).
+
+Tile sizes are chosen here per launch site (`SITES`); the variable SEQDSL_TOP1_TILES overrides
+them for tuning, a JSON object from site to fields, e.g.
+    SEQDSL_TOP1_TILES='{"element.bwd_dkdv": {"BLOCK_M": 64, "num_warps": 8}}'
+(benchmarks/sweep_top1_tiles.py sweeps them and checks every setting's outputs).
 """
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 
 import torch
 from torch import Tensor
+
+from seqdsl.errors import SeqError
 
 
 def interpreted() -> bool:
@@ -125,3 +134,71 @@ def launch_opts(cfg: dict) -> dict:
 
 def blocks(cfg: dict, *names: str) -> dict:
     return {k: cfg[k] for k in names}
+
+
+# --- tuning: tile overrides ----------------------------------------------------------------------
+
+TILES_ENV = "SEQDSL_TOP1_TILES"
+_TILE = (16, 32, 64, 128, 256)
+_OPTS = {"num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5, 6)}
+# each launch site and the fields its kernels read (the chunk kernels' key tile is the chunk)
+SITES = {
+    "element.fwd": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
+    "element.value_grad": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
+    "element.bwd_dkdv": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
+    "element.bwd_dq": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
+    "chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},  # selection and attention of the forward
+    "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
+}
+
+
+class TileOverrideError(SeqError):
+    """SEQDSL_TOP1_TILES is not a valid override."""
+
+
+# what a site's kernels assume of its tiles together
+_RULES = {"element.bwd_dkdv": (lambda c: c["BLOCK_N"] % c["BLOCK_M"] == 0,
+                               "BLOCK_M must divide BLOCK_N (its diagonal query tiles end where the key block ends)")}
+
+
+def tuned(site: str, cfg: dict) -> dict:
+    """`cfg` with the fields SEQDSL_TOP1_TILES sets for `site` (unset: `cfg` itself)."""
+    raw = os.environ.get(TILES_ENV, "")
+    if not raw.strip():
+        return cfg
+    out = {**cfg, **overrides(raw).get(site, {})}
+    rule = _RULES.get(site)
+    if rule and not rule[0](out):
+        raise TileOverrideError(f"{TILES_ENV}: {site} with {_shown(out)}: {rule[1]}")
+    return out
+
+
+def _shown(cfg: dict) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in cfg.items() if k.startswith("BLOCK"))
+
+
+@functools.lru_cache(maxsize=16)
+def overrides(raw: str) -> dict[str, dict[str, int]]:
+    """The parsed and checked override (a TileOverrideError names what is wrong)."""
+    if not raw.strip():
+        return {}
+    try:
+        given = json.loads(raw)
+    except json.JSONDecodeError as err:
+        raise TileOverrideError(f"{TILES_ENV} is not JSON ({err.msg} at column {err.colno})") from None
+    if not isinstance(given, dict):
+        raise TileOverrideError(f"{TILES_ENV} must be a JSON object from launch site to tile fields")
+    for site, fields in given.items():
+        if site not in SITES:
+            raise TileOverrideError(f"{TILES_ENV}: unknown launch site {site!r}",
+                                    hint=f"the sites are {', '.join(SITES)}")
+        if not isinstance(fields, dict):
+            raise TileOverrideError(f"{TILES_ENV}: {site} must map to an object of fields")
+        for name, value in fields.items():
+            allowed = SITES[site].get(name)
+            if allowed is None:
+                raise TileOverrideError(f"{TILES_ENV}: {site} has no field {name!r}",
+                                        hint=f"its fields are {', '.join(SITES[site])}")
+            if value not in allowed or isinstance(value, bool):
+                raise TileOverrideError(f"{TILES_ENV}: {site}.{name} = {value!r} is not one of {allowed}")
+    return given

@@ -1,0 +1,87 @@
+"""SEQDSL_TOP1_TILES (kernels/launch.py): a tuning override of the Top-1 kernels' tile sizes.
+
+It must reach every launch site it names, leave the results exact for every tile shape it accepts
+(diagonal tiles, partial tiles, unequal query and key tiles), and refuse a malformed value, or a
+shape a kernel cannot take, with one readable message naming what is wrong. Kernels run under the Triton
+interpreter on CPU (tests/kernels/conftest.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from seqdsl.errors import SeqError
+from seqdsl.kernels import launch, top1
+from tests.kernels.keys import variant
+from tests.kernels.test_top1_kernels import TOL, make_inputs
+
+
+def _recording(monkeypatch) -> list[tuple[str, dict]]:
+    """Every (site, tiles) the runtimes launch with, through the real `tuned`."""
+    seen, real = [], launch.tuned
+
+    def spy(site, cfg):
+        out = real(site, cfg)
+        seen.append((site, out))
+        return out
+
+    monkeypatch.setattr(launch, "tuned", spy)
+    return seen
+
+
+# the interpreter's defaults are 16 x 16 (forward, chunks) and 16 x 32 / 32 x 16 (element
+# backward): the overrides change them, so other diagonal and partial-tile cases run
+ELEMENT = {"element.fwd": {"BLOCK_M": 32, "BLOCK_N": 16}, "element.bwd_dkdv": {"BLOCK_M": 16, "BLOCK_N": 64},
+           "element.bwd_dq": {"BLOCK_M": 16, "BLOCK_N": 32}, "element.value_grad": {"BLOCK_M": 32, "BLOCK_N": 32}}
+CHUNK = {"chunk.fwd": {"BLOCK_M": 32}, "chunk.bwd": {"BLOCK_M": 32, "num_warps": 8}}
+
+
+@pytest.mark.parametrize("base,override,extra", [
+    ("top1_element", ELEMENT, {"grad": "ste", "value_grad": "hard"}),
+    ("top1_chunk_exact", CHUNK, {"chunk": 32}),
+    ("top1_chunk_approx", CHUNK, {"chunk": 32}),
+], ids=["element", "exact", "approx"])
+def test_overridden_tiles_reach_every_named_site_and_stay_exact(monkeypatch, base, override, extra):
+    monkeypatch.setenv(launch.TILES_ENV, json.dumps(override))
+    seen = _recording(monkeypatch)
+    key = variant(base, dk=16, dv=16, **extra)
+    errors = top1.compare(key, *make_inputs(1, 71, 2, 16, 16, data="grid", magnitude=1.0, seed=3, duplicate=True))
+    assert max(errors.values()) <= TOL[torch.float32], errors
+    for site, fields in override.items():
+        used = [cfg for s, cfg in seen if s == site]
+        assert used, f"{site} was never launched"
+        assert all(cfg[name] == value for cfg in used for name, value in fields.items()), (site, used)
+
+
+def test_without_the_variable_the_default_tiles_are_used(monkeypatch):
+    monkeypatch.delenv(launch.TILES_ENV, raising=False)
+    cfg = launch.tiles(64, torch.bfloat16, train=True)
+    assert launch.tuned("element.fwd", cfg) is cfg
+
+
+@pytest.mark.parametrize("raw,says", [
+    ("{not json", "is not JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    ('{"element.fwdd": {"BLOCK_M": 64}}', "unknown launch site 'element.fwdd'"),
+    ('{"element.fwd": 64}', "must map to an object"),
+    ('{"chunk.fwd": {"BLOCK_N": 64}}', "chunk.fwd has no field 'BLOCK_N'"),
+    ('{"element.bwd_dq": {"BLOCK_M": 48}}', "element.bwd_dq.BLOCK_M = 48 is not one of"),
+    ('{"element.bwd_dq": {"num_warps": true}}', "num_warps = True is not one of"),
+])
+def test_a_malformed_override_is_one_readable_error(monkeypatch, raw, says):
+    monkeypatch.setenv(launch.TILES_ENV, raw)
+    with pytest.raises(launch.TileOverrideError) as caught:
+        launch.tuned("element.fwd", launch.tiles(64, torch.bfloat16, train=True))
+    assert isinstance(caught.value, SeqError) and says in str(caught.value)
+    assert launch.TILES_ENV in str(caught.value)
+
+
+def test_a_tile_shape_the_kernel_cannot_take_is_refused(monkeypatch):
+    """bwd_dkdv's diagonal loop needs BLOCK_M | BLOCK_N: 32 queries against 16 keys would count
+    the rows past the key block twice (dk 0.37 off, measured before the rule existed)."""
+    monkeypatch.setenv(launch.TILES_ENV, json.dumps({"element.bwd_dkdv": {"BLOCK_M": 32, "BLOCK_N": 16}}))
+    with pytest.raises(launch.TileOverrideError, match="BLOCK_M must divide BLOCK_N"):
+        launch.tuned("element.bwd_dkdv", launch.backward_tiles(64, torch.bfloat16)[0])
