@@ -53,3 +53,21 @@ def test_profile_groups_kernels_by_name():
         == "torch: fill/zeros"
     assert profile.group_of("void at::native::unrolled_elementwise_kernel<copy_kernel>") == "torch: copy/cast"
     assert profile._union_us([(0, 2), (1, 3), (5, 6)]) == 4
+
+
+SWEEP = BENCH.parent / "sweep_top1_tiles.py"
+
+
+@pytest.mark.slow
+def test_tile_sweep_smoke_mode_times_and_checks_every_site(tmp_path):
+    """benchmarks/sweep_top1_tiles.py --smoke: a default row per kernel and a checked row per
+    launch site it has, under the interpreter (the times mean nothing there)."""
+    spec = importlib.util.spec_from_file_location("sweep_top1_tiles", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    assert sweep.main(["--smoke", "--out", str(tmp_path)]) == 0
+    result = json.loads(next(tmp_path.glob("sweep_top1_tiles_smoke_*.json")).read_text())
+    sites = {(r["kernel"], r["site"]) for r in result["rows"]}
+    for kernel, kernel_sites in sweep.SITES_OF.items():
+        assert {(kernel, s) for s in ["default", *kernel_sites]} <= sites
+    assert all(r["ok"] and r["ms"] > 0 for r in result["rows"] if r["site"] != "default")
