@@ -67,6 +67,18 @@ def keys(dim: int, chunk: int):
     }
 
 
+def case_inputs(T: int, dim: int, tokens: int, device, dtype, *, smoke: bool = False):
+    """(B, H, q, k, v, do) of one case: (B, T, H, dim) each, H * dim = 768 (2 heads when smoke),
+    B * T = tokens, from a seeded generator on `device`."""
+    import torch
+
+    H = 2 if smoke else max(1, 768 // dim)
+    B = max(1, tokens // T)
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v, do = (torch.randn(B, T, H, dim, device=device, dtype=dtype, generator=gen) for _ in range(4))
+    return B, H, q, k, v, do
+
+
 def useful_flops(kind: str, B: int, T: int, H: int, D: int, C: int) -> tuple[float, float]:
     """(forward, forward + backward) FLOPs the algorithm needs (module docstring)."""
     n = T * T / 2

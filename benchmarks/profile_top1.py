@@ -219,6 +219,8 @@ def main(argv=None) -> int:
     os.environ.setdefault("SEQDSL_CACHE_DIR", tempfile.mkdtemp(prefix="seqdsl_kernels_"))
     import torch
 
+    from benchmarks.bench_top1 import case_inputs
+
     device = torch.device("cuda" if torch.cuda.is_available() and not args.smoke else "cpu")
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     names = [n for n in args.kernels.split(",") if device.type == "cuda" or not n.startswith("sdpa")]
@@ -228,10 +230,7 @@ def main(argv=None) -> int:
                   steps=args.steps, cases=[])
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
-            H = 2 if args.smoke else max(1, 768 // dim)
-            B = max(1, args.tokens // T)
-            gen = torch.Generator(device=device).manual_seed(0)
-            q, k, v, do = (torch.randn(B, T, H, dim, device=device, dtype=dtype, generator=gen) for _ in range(4))
+            B, H, q, k, v, do = case_inputs(T, dim, args.tokens, device, dtype, smoke=args.smoke)
             for name, fn in runners(names, dim, args.chunk, dim ** -0.5).items():
                 try:
                     case = dict(T=T, dim=dim, B=B, H=H, **profile_case(name, fn, q, k, v, do, device, args.steps))

@@ -30,7 +30,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "benchmarks"))
 
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) around each site's default (kernels/launch.py)
 _MN = [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 3), (16, 128, 4, 3),
@@ -76,7 +75,7 @@ def _rel(x, y) -> float:
 def sweep(args, device) -> list[dict]:
     import torch
 
-    from bench_top1 import bench, keys
+    from benchmarks.bench_top1 import bench, case_inputs, keys
     from seqdsl.kernels import launch, top1
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -86,10 +85,7 @@ def sweep(args, device) -> list[dict]:
     start, rows = time.perf_counter(), []
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
-            H = 2 if args.smoke else max(1, 768 // dim)
-            B = max(1, args.tokens // T)
-            gen = torch.Generator(device=device).manual_seed(0)
-            q, k, v, do = (torch.randn(B, T, H, dim, device=device, dtype=dtype, generator=gen) for _ in range(4))
+            B, H, q, k, v, do = case_inputs(T, dim, args.tokens, device, dtype, smoke=args.smoke)
             for name, key in keys(dim, args.chunk).items():
                 if name not in args.kernels.split(","):
                     continue
