@@ -47,7 +47,7 @@ from seqdsl.ir.key import KernelKey
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
-CHUNK = 256  # Mamba-2's chunk size (the default; any power of two >= 16 is exact)
+CHUNK = 256  # Mamba-2's chunk size, the path's; `ssd(..., chunk)` takes others (benchmarks: not GPU-tested)
 _KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
             "_state_passing_fwd", "_state_passing_bwd", "_chunk_scan_fwd", "_chunk_scan_bwd_dstates",
             "_chunk_scan_bwd_dC", "_chunk_scan_bwd_dcb", "_chunk_scan_bwd_ddAcs_stable",
