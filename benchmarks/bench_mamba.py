@@ -248,6 +248,9 @@ def main(argv: list[str] | None = None) -> int:
 
     chunks = tuple(int(c) for c in args.ssd_chunks.split(",") if c)
     layer_batch = {"mamba2": args.layer_batch, "mamba": args.mamba1_layer_batch}
+    unknown = set(filter(None, args.layer_specs.split(","))) - set(layer_batch)
+    if unknown:
+        ap.error(f"--layer-specs takes {', '.join(layer_batch)}; got {', '.join(sorted(unknown))}")
     for spec in (s for s in args.layer_specs.split(",") if s):
         batch = layer_batch[spec]
         rows = layer_rows(spec, args.preset, batch, args.layer_seq, device, layer_dtype, args.layer_reps, chunks)

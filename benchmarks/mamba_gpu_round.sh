@@ -7,6 +7,9 @@
 #                                   the compiled models, one graph each, against eager)
 #   4. benchmarks/bench_mamba.py    with LAYER=1: one Mamba-2 layer's mixing, forward + backward, on
 #                                   mamba.ssd at chunk sizes 64, 128 and 256 and on the reference
+#   5. benchmarks/profile_train.py  with PROFILE=1: where the compiled step of SPEC (mamba2) spends
+#                                   its time, kernel by kernel (16 x 2K, CUDA graphs)
+# SPLIT_MAMBA_WHEEL=1 returns a fresh build in parts for later rounds to carry (gpu_round_common.sh).
 # mamba-ssm autotunes each kernel at its first call for each shape (a minute and more per model).
 # Results go to $OUT when set.
 #     bash benchmarks/mamba_gpu_round.sh
@@ -23,4 +26,10 @@ if [ "${LAYER:-0}" = 1 ]; then
     timeout "${LAYER_TIMEOUT:-300}" "$py" benchmarks/bench_mamba.py --layer-specs mamba2 --ssd-chunks 64,128 \
         --skip-train --out "$out/bench_mamba_layer_chunks_$date_tag.json" > "$out/bench_mamba_layer.log" 2>&1
     echo "layer bench rc=$?"; sed -n '/mixing/,$p' "$out/bench_mamba_layer.log"
+fi
+if [ "${PROFILE:-0}" = 1 ]; then
+    spec="${SPEC:-mamba2}"
+    timeout "${PROFILE_TIMEOUT:-180}" "$py" benchmarks/profile_train.py --spec "$spec" --batch 16 --variants graphs \
+        --out "$out/profile_train_${spec}_b16_$date_tag.json" > "$out/profile_$spec.log" 2>&1
+    echo "profile rc=$?"; head -c 6000 "$out/profile_$spec.log"
 fi

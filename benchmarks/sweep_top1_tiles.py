@@ -34,14 +34,15 @@ sys.path.insert(0, str(ROOT))
 # (BLOCK_M, BLOCK_N, num_warps, num_stages) around each site's default (kernels/launch.py)
 _MN = [(32, 128, 4, 3), (64, 128, 8, 3), (32, 64, 4, 3), (64, 64, 4, 3), (16, 128, 4, 3),
        (32, 128, 8, 3), (32, 128, 4, 2), (32, 128, 4, 4), (64, 128, 4, 3), (128, 128, 8, 2)]
+_CHUNK = [(m, None, w, s) for m in (32, 64, 128) for w in (4, 8) for s in (1, 2, 3)]  # no BLOCK_N
 CANDIDATES = {
     "element.fwd": [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3),
                     (128, 32, 8, 4), (64, 64, 4, 4), (128, 64, 8, 4)],
     "element.bwd_dkdv": _MN,
     "element.bwd_dq": [(n, m, w, s) for m, n, w, s in _MN if n >= m] + [(128, 32, 8, 3), (128, 16, 4, 4)],
     "element.value_grad": [(128, 64, 4, 2), (64, 64, 4, 2), (128, 128, 4, 2), (128, 64, 8, 3)],
-    "chunk.fwd": [(m, None, w, s) for m in (32, 64, 128) for w in (4, 8) for s in (1, 2, 3)],
-    "chunk.bwd": [(m, None, w, s) for m in (32, 64, 128) for w in (4, 8) for s in (1, 2, 3)],
+    "chunk.fwd": _CHUNK,
+    "chunk.bwd": _CHUNK,
 }
 SMOKE = {site: [(16, None if site.startswith("chunk") else 32, 4, 1)] for site in CANDIDATES}
 SITES_OF = {"top1_element": [s for s in CANDIDATES if s.startswith("element")],
