@@ -222,13 +222,15 @@ def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
+    # dv is complete: written now, so its accumulator does not stay live through the gate loops
+    # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
+    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     dk_out = dk_acc * GRAD_SCALE
     # the gate's gradient into this chunk's mean key (gate_dkbar, run first), 1/C onto each key
     dkbar = tl.load(DKBAR + (bh * N_FULL + c) * DK + offs_k, mask=(offs_k < DK) & (c < N_FULL), other=0.0)
     dk_out += dkbar[None, :] / CHUNK
-    # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
+    # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
     tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 
 @triton.jit

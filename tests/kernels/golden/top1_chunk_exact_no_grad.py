@@ -232,10 +232,12 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
-    dk_out = dk_acc * GRAD_SCALE
-    # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
+    # dv is complete: written now, so its accumulator does not stay live through the gate loops
+    # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
+    dk_out = dk_acc * GRAD_SCALE
+    # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
+    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
 
 
 @triton.jit

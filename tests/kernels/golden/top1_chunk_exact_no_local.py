@@ -196,6 +196,9 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
+    # dv is complete: written now, so its accumulator does not stay live through the gate loops
+    # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
+    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     # the gate: dscore_ic = GG_i (1[c = sel_i] - pi_ic), pi = softmax over candidates; a chunk's
     # score is its best key's, so the gradient lands on that key (shared equally among ties)
     for r0 in range(c * CHUNK, T_K, BLOCK_M):
@@ -217,9 +220,8 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
     dk_out = dk_acc * GRAD_SCALE
-    # every key belongs to one chunk: written once, straight into dk, dv (B, T, H, D)
+    # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
     tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
 
 
 @triton.jit
