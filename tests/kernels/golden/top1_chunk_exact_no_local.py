@@ -200,8 +200,9 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     # the gate: dscore_ic = GG_i (1[c = sel_i] - pi_ic), pi = softmax over candidates; a chunk's
-    # score is its best key's, so the gradient lands on that key (shared equally among ties)
-    for r0 in range(c * CHUNK, T_K, BLOCK_M):
+    # score is its best key's (raw q.k ranks as the selection scan ranks), so the gradient lands
+    # on that key, shared equally among exact ties
+    for r0 in range(c * CHUNK, (c + 1) * CHUNK, BLOCK_M):  # the chunk's own queries: causal mask
         rows = r0 + tl.arange(0, BLOCK_M)
         live = rows < T_K
         q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
@@ -209,16 +210,32 @@ def top1_chunk_edd8b6f09106_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
         lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
         sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
         vis = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None]
-        z2 = tl.where(vis, z2, float("-inf"))
-        score = tl.max(z2, 1)
-        pi = tl.exp2(score - lsec)
-        dscore = tl.where(live & (score > float("-inf")), gg * ((sel == c).to(tl.float32) - pi), 0.0)
-        tie = vis & (z2 == score[:, None])
+        raw_s = tl.where(vis, tl.dot(q, tl.trans(kc), input_precision=PREC), float("-inf"))
+        raw = tl.max(raw_s, 1)
+        pi = tl.exp2(raw * FACTOR - lsec)
+        dscore = tl.where(live & (raw > float("-inf")), gg * ((sel == c).to(tl.float32) - pi), 0.0)
+        tie = vis & (raw_s == raw[:, None])
         count = tl.sum(tie.to(tl.float32), 1)
         ds = tl.where(tie, (dscore / tl.maximum(count, 1.0))[:, None], 0.0)
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+    # later queries see every key of the chunk: no mask, and the scores are computed transposed
+    # (keys x queries) so that ds^T is the second dot's first operand as it stands (the shape of
+    # a flash-attention dk/dv loop) instead of a transpose through shared memory at every step
+    for r0 in range((c + 1) * CHUNK, T_K, BLOCK_M):
+        rows = r0 + tl.arange(0, BLOCK_M)
+        live = rows < T_K
+        qt = tl.load(Q + b * sqb + h * sqh + rows[None, :] * sqt + offs_k[:, None], mask=live[None, :], other=0.0)
+        gg = tl.load(GG + bh * T_K + rows, mask=live, other=0.0)
+        lsec = tl.load(LSEC + bh * T_K + rows, mask=live, other=0.0)
+        sel = tl.load(SEL + bh * T_K + rows, mask=live, other=-1)
+        raw_t = tl.dot(kc, qt, input_precision=PREC)  # (CHUNK, BLOCK_M)
+        raw = tl.max(raw_t, 0)
+        pi = tl.exp2(raw * FACTOR - lsec)
+        dscore = tl.where(live, gg * ((sel == c).to(tl.float32) - pi), 0.0)
+        tie = (raw_t == raw[None, :]).to(tl.float32)
+        ds_t = tie * (dscore / tl.sum(tie, 0))[None, :]
+        dk_acc += tl.dot(ds_t.to(qt.dtype), tl.trans(qt), input_precision=PREC)
     dk_out = dk_acc * GRAD_SCALE
     # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
     tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
