@@ -222,8 +222,8 @@ def top1_chunk_e3b4696ebbd5_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
-    # dv is complete: written now, so its accumulator does not stay live through the gate loops
-    # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
+    # dv is complete: written now, so its CHUNK x DV float32 accumulator does not stay live (in
+    # registers, beside dk's) through the gate loops
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     dk_out = dk_acc * GRAD_SCALE
     # the gate's gradient into this chunk's mean key (gate_dkbar, run first), 1/C onto each key

@@ -233,8 +233,8 @@ def top1_chunk_2c0310c1e891_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
         dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
 
-    # dv is complete: written now, so its accumulator does not stay live through the gate loops
-    # (a CHUNK x DV float32 tile per program: with dk's, it spilled registers in the Exact gate loop)
+    # dv is complete: written now, so its CHUNK x DV float32 accumulator does not stay live (in
+    # registers, beside dk's) through the gate loops
     tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     # the gate: dscore_ic = GG_i (1[c = sel_i] - pi_ic), pi = softmax over candidates; a chunk's
     # score is its best key's (raw q.k ranks as the selection scan ranks), so the gradient lands
