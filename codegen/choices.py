@@ -23,9 +23,11 @@ class Unsupported(SeqError):
     """The key asks for something the generated kernels do not do (the reason says what)."""
 
 
-# visibility -> (predicate of `pos` (queries, [:, None]) and `cols` (keys, [None, :]), words)
+# visibility -> (predicate of {queries} and {keys}, words); rendered twice: the "causal" hole
+# with queries as rows (pos[:, None], cols[None, :]), "causal_t" with keys as rows (the
+# keys x queries tiles of the backward's dk/dv loops)
 CAUSAL_SNIPPETS = {
-    "full": ("cols[None, :] <= pos[:, None]", "j <= i (causal)"),
+    "full": ("{keys} <= {queries}", "j <= i (causal)"),
 }
 # chunk score -> template switch; "lse" is refused by the support table (reason there)
 CHUNK_SCORES = {"max": "exact", "mean": "approx"}
@@ -60,7 +62,8 @@ def plan(key: KernelKey) -> KernelPlan:
         "factor": _float(key.scale / key.temperature * math.log2(math.e)),
         "grad_scale": _float(key.scale / key.temperature),
         "dk": key.feature_dim, "dv": key.head_dim,
-        "causal": causal, "causal_doc": causal_doc,
+        "causal": causal.format(queries="pos[:, None]", keys="cols[None, :]"),
+        "causal_t": causal.format(queries="pos[None, :]", keys="cols[:, None]"), "causal_doc": causal_doc,
     }
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]

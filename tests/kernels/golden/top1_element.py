@@ -160,31 +160,36 @@ def top1_element_b03bb576b82d_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT,
         rows = start + tl.arange(0, BLOCK_M)
         pos = rows
         live = rows < T
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        # keys x queries (the transposed scores, as flash-attention's dk/dv loop): ds^T and p^T
+        # are the first operands of the dk and dv dots as they stand, no transpose per step, and
+        # the per-query lse and D broadcast along columns
+        qt = tl.load(Q + b * sqb + h * sqh + rows[None, :] * sqt + offs_k[:, None], mask=live[None, :], other=0.0)
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
         delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
-        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
-        visible = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T) & live[:, None]
-        p = tl.where(visible, tl.exp2(z2 - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+        z2t = tl.dot(k, qt, input_precision=PREC) * FACTOR
+        pt = tl.where((cols[:, None] <= pos[None, :]) & (cols[:, None] < T) & live[None, :], tl.exp2(z2t - lse[None, :]), 0.0)
+        dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
+        dst = pt * (dpt - delta[None, :])
+        dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
     for start in range((pid + 1) * BLOCK_N, T, BLOCK_M):
         rows = start + tl.arange(0, BLOCK_M)
         pos = rows
         live = rows < T
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        # keys x queries (the transposed scores, as flash-attention's dk/dv loop): ds^T and p^T
+        # are the first operands of the dk and dv dots as they stand, no transpose per step, and
+        # the per-query lse and D broadcast along columns
+        qt = tl.load(Q + b * sqb + h * sqh + rows[None, :] * sqt + offs_k[:, None], mask=live[None, :], other=0.0)
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T + rows, mask=live, other=0.0)
         delta = tl.load(DELTA + bh * T + rows, mask=live, other=0.0)
-        z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
-        # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
+        z2t = tl.dot(k, qt, input_precision=PREC) * FACTOR
+        # every key of the block is visible to every query column; padded columns (q = dO = D = 0)
         # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
-        p = tl.exp2(z2 - lse[:, None])
-        dp = tl.dot(do, tl.trans(v), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
+        pt = tl.exp2(z2t - lse[None, :])
+        dpt = tl.dot(v, tl.trans(do), input_precision=PREC)
+        dst = pt * (dpt - delta[None, :])
+        dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
     tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE,
              mask=cols[:, None] < T)
 
