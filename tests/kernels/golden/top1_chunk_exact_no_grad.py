@@ -194,21 +194,23 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     for r0 in range(0, CHUNK, BLOCK_M):
         rows = c * CHUNK + r0 + tl.arange(0, BLOCK_M)
         live = rows < T_K
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        # keys x queries (flash-attention's dk/dv loop shape): ds^T and p^T feed the dk and dv
+        # dots as they stand; only dq's dot takes ds transposed
+        qt = tl.load(Q + b * sqb + h * sqh + rows[None, :] * sqt + offs_k[:, None], mask=live[None, :], other=0.0)
         pos = rows
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T_K + rows, mask=live, other=0.0)
         delta = tl.load(DELTA + bh * T_K + rows, mask=live, other=0.0)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        p = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], tl.exp2(z2 - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
+        z2t = tl.dot(kc, qt, input_precision=PREC) * FACTOR
+        pt = tl.where((cols[:, None] <= pos[None, :]) & (cols[:, None] < T_K) & live[None, :], tl.exp2(z2t - lse[None, :]), 0.0)
+        dpt = tl.dot(vc, tl.trans(do), input_precision=PREC)
+        dst = pt * (dpt - delta[None, :])
+        dq = tl.dot(tl.trans(dst.to(kc.dtype)), kc, input_precision=PREC) * GRAD_SCALE
         # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
         # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
         tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
-        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
-        dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
+        dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
 
     start = tl.load(STARTS + bh * (N_CHUNKS + 1) + c)
     end = tl.load(STARTS + bh * (N_CHUNKS + 1) + c + 1)
@@ -216,21 +218,23 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         ids = r0 + tl.arange(0, BLOCK_M)
         live = ids < end
         sq = tl.load(PERM + bh * T_K + ids, mask=live, other=0)
-        q = tl.load(Q + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+        # keys x queries (flash-attention's dk/dv loop shape): ds^T and p^T feed the dk and dv
+        # dots as they stand; only dq's dot takes ds transposed
+        qt = tl.load(Q + b * sqb + h * sqh + sq[None, :] * sqt + offs_k[:, None], mask=live[None, :], other=0.0)
         pos = sq
         do = tl.load(DO + b * sdb + h * sdh + sq[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         lse = tl.load(LSE + bh * T_K + sq, mask=live, other=0.0)
         delta = tl.load(DELTA + bh * T_K + sq, mask=live, other=0.0)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        p = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], tl.exp2(z2 - lse[:, None]), 0.0)
-        dp = tl.dot(do, tl.trans(vc), input_precision=PREC)
-        ds = p * (dp - delta[:, None])
-        dq = tl.dot(ds.to(kc.dtype), kc, input_precision=PREC) * GRAD_SCALE
+        z2t = tl.dot(kc, qt, input_precision=PREC) * FACTOR
+        pt = tl.where((cols[:, None] <= pos[None, :]) & (cols[:, None] < T_K) & live[None, :], tl.exp2(z2t - lse[None, :]), 0.0)
+        dpt = tl.dot(vc, tl.trans(do), input_precision=PREC)
+        dst = pt * (dpt - delta[None, :])
+        dq = tl.dot(tl.trans(dst.to(kc.dtype)), kc, input_precision=PREC) * GRAD_SCALE
         # a query's dq has two parts, each written once: its own chunk's (this program, DQ) and its
         # selected chunk's (the program of that chunk, DQ_SEL); gate_dq (or the runtime) sums them
         tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
-        dk_acc += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC)
-        dv_acc += tl.dot(tl.trans(p.to(do.dtype)), do, input_precision=PREC)
+        dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
+        dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
 
     # dv is complete: written now, so its CHUNK x DV float32 accumulator does not stay live (in
     # registers, beside dk's) through the gate loops
