@@ -127,12 +127,14 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = saved["kbar"]
     dkbar = kbar  # placeholder: read only by Approx with the STE
+    gcfg = launch.tuned("chunk.gate", launch.gate_tiles(Dk, q.dtype, block_c=_block_c(), chunk=C))
+    gate = dict(BLOCK_M=_block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
+                **launch.launch_opts(gcfg))
     if ste and key.select.score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
         dkbar = torch.zeros(B * H, full, Dk, dtype=torch.float32, device=q.device)
-        split_rows = launch.SPLIT_ROWS if not launch.interpreted() else C
-        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, _block_c()), triton_cdiv(T, split_rows), B * H)](
-            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full, split_rows,
-            BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+        split = gcfg["SPLIT_ROWS"]
+        getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, gate["BLOCK_C"]), triton_cdiv(T, split), B * H)](
+            q, kbar, saved["sel"], saved["lsec"], gg, dkbar, *launch.strides(q, kbar), T, H, full, split, **gate)
     # dq's two parts (module docstring): the own chunk's into dq, the selected chunk's into dq_sel
     dq, dq_sel = torch.empty_like(q), torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
@@ -141,9 +143,9 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         gg if ste else delta, dkbar, dq, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, full,
         BLOCK_M=bm, **common)
     if ste:  # gate_dq adds the gate's part to both and writes dq
-        getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
+        getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, gate["BLOCK_M"]))](
             q, k, kbar, saved["gw"], saved["sel"], saved["lsec"], gg, dq, dq_sel, *launch.strides(q, k, kbar), T, H,
-            BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+            **gate)
         return dq, dk, dv
     if not local:  # every query selected a chunk (its own at least): the selected part is all
         return dq_sel, dk, dv

@@ -89,8 +89,13 @@ def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
             dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
 
-# queries per program of the Approx gate_dkbar kernel (a slice of T; its programs add atomically)
-SPLIT_ROWS = 1024
+def gate_tiles(dim: int, dtype: torch.dtype, *, block_c: int, chunk: int) -> dict:
+    """Tiles of the STE gate kernels (gate_dq; Approx also gate_dkbar): the chunk backward's, with
+    BLOCK_C mean keys per tile (Approx) and SPLIT_ROWS queries per gate_dkbar program (a slice of
+    T; the slices' programs add atomically). Their own launch site, chunk.gate: at 32K Approx's
+    two take as long as attn_bwd (H100 profile, docs/kernels.md)."""
+    # under the interpreter one chunk of queries per slice: a CPU test's few queries span several
+    return {**tiles(dim, dtype, train=True), "BLOCK_C": block_c, "SPLIT_ROWS": chunk if interpreted() else 1024}
 
 
 def value_grad_tiles(*, q_dtype: torch.dtype) -> dict:
@@ -151,6 +156,8 @@ SITES = {
     "element.bwd_dq": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
     "chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},  # selection and attention of the forward
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
+    # the Approx gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
+    "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
 }
 
 

@@ -37,13 +37,17 @@ def _recording(monkeypatch) -> list[tuple[str, dict]]:
 ELEMENT = {"element.fwd": {"BLOCK_M": 32, "BLOCK_N": 16}, "element.bwd_dkdv": {"BLOCK_M": 16, "BLOCK_N": 64},
            "element.bwd_dq": {"BLOCK_M": 16, "BLOCK_N": 32}, "element.value_grad": {"BLOCK_M": 32, "BLOCK_N": 32}}
 CHUNK = {"chunk.fwd": {"BLOCK_M": 32}, "chunk.bwd": {"BLOCK_M": 32, "num_warps": 8}}
+# the gate kernels' own site: 16 mean keys per tile, 32-query blocks, 256-query slices of gate_dkbar
+GATE = {**CHUNK, "chunk.gate": {"BLOCK_M": 32, "BLOCK_C": 16, "SPLIT_ROWS": 256}}
 
 
 @pytest.mark.parametrize("base,override,extra", [
     ("top1_element", ELEMENT, {"grad": "ste", "value_grad": "hard"}),
     ("top1_chunk_exact", CHUNK, {"chunk": 32}),
     ("top1_chunk_approx", CHUNK, {"chunk": 32}),
-], ids=["element", "exact", "approx"])
+    ("top1_chunk_exact", GATE, {"chunk": 32}),
+    ("top1_chunk_approx", GATE, {"chunk": 32}),
+], ids=["element", "exact", "approx", "exact-gate", "approx-gate"])
 def test_overridden_tiles_reach_every_named_site_and_stay_exact(monkeypatch, base, override, extra):
     monkeypatch.setenv(launch.TILES_ENV, json.dumps(override))
     seen = _recording(monkeypatch)
@@ -85,3 +89,15 @@ def test_a_tile_shape_the_kernel_cannot_take_is_refused(monkeypatch):
     monkeypatch.setenv(launch.TILES_ENV, json.dumps({"element.bwd_dkdv": {"BLOCK_M": 32, "BLOCK_N": 16}}))
     with pytest.raises(launch.TileOverrideError, match="BLOCK_M must divide BLOCK_N"):
         launch.tuned("element.bwd_dkdv", launch.backward_tiles(64, torch.bfloat16)[0])
+
+
+def test_gate_slices_and_mean_key_tiles_partition_the_queries_exactly(monkeypatch):
+    """gate_dkbar's programs each add one slice of SPLIT_ROWS queries into a tile of BLOCK_C mean
+    keys (float32 atomics): with 600 queries in slices of 256 (the last one partial) and 38 complete
+    chunks in tiles of 16, a query counted twice or missed would move dk off the reference."""
+    monkeypatch.setenv(launch.TILES_ENV, json.dumps({"chunk.gate": {"BLOCK_M": 16, "BLOCK_C": 16, "SPLIT_ROWS": 256}}))
+    seen = _recording(monkeypatch)
+    key = variant("top1_chunk_approx", dk=16, dv=16, chunk=16)
+    errors = top1.compare(key, *make_inputs(1, 600, 1, 16, 16, data="grid", magnitude=1.0, seed=5, duplicate=False))
+    assert max(errors.values()) <= TOL[torch.float32], errors
+    assert any(site == "chunk.gate" and cfg["SPLIT_ROWS"] == 256 for site, cfg in seen)
