@@ -89,13 +89,18 @@ def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
             dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
 
-def gate_tiles(dim: int, dtype: torch.dtype, *, block_c: int, chunk: int) -> dict:
-    """Tiles of the STE gate kernels (gate_dq; Approx also gate_dkbar): the chunk backward's, with
+def gate_tiles(dim: int, dtype: torch.dtype, *, chunk: int) -> dict:
+    """Tiles of the STE gate kernels (gate_dq; Approx also gate_dkbar): BLOCK_M queries per step,
     BLOCK_C mean keys per tile (Approx) and SPLIT_ROWS queries per gate_dkbar program (a slice of
     T; the slices' programs add atomically). Their own launch site, chunk.gate: at 32K Approx's
-    two take as long as attn_bwd (H100 profile, docs/kernels.md)."""
-    # under the interpreter one chunk of queries per slice: a CPU test's few queries span several
-    return {**tiles(dim, dtype, train=True), "BLOCK_C": block_c, "SPLIT_ROWS": chunk if interpreted() else 1024}
+    two took as long as attn_bwd (H100 profile, docs/kernels.md)."""
+    if interpreted():  # 2 mean keys per tile, a chunk of queries per slice: a CPU test's few span several
+        return dict(BLOCK_M=16, BLOCK_C=2, SPLIT_ROWS=chunk, num_warps=4, num_stages=1)
+    if dtype == torch.float32:
+        return {**tiles(dim, dtype, train=True), "BLOCK_C": 32, "SPLIT_ROWS": 1024}
+    # 32 mean keys per tile, 4 warps, 2 stages, at D 64 and 128: from benchmarks/sweep_top1_tiles.py
+    # on an H100 (2026-11-23: the Approx step 1.07x-1.30x faster than with 64 keys at T 8K-64K)
+    return dict(BLOCK_M=64, BLOCK_C=32, SPLIT_ROWS=1024, num_warps=4, num_stages=2)
 
 
 def value_grad_tiles(*, q_dtype: torch.dtype) -> dict:
