@@ -3,7 +3,8 @@
 # git revision REV generated them, into .ab/before/<slug>.py, for benchmarks/top1_ab_gpu_round.sh
 # to load through SEQDSL_KERNEL_OVERRIDE: a template change timed against its predecessor in one
 # GPU call. Only the templates may differ between REV and the working tree (the override replaces
-# the rendered module; the launch code is the working tree's). .ab/ is not committed.
+# the rendered module; the launch code is the working tree's). .ab/ is ignored by git: carry it to
+# the GPU machine (the device tool's carry: [".ab"]).
 #     bash benchmarks/top1_ab_prepare.sh bb83c11
 set -eu
 rev="$1"

@@ -35,8 +35,9 @@ from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
 
 def _block_c() -> int:
-    """Chunk means per tile (Approx): 64 on the GPU (16 left the gate kernels latency-bound in the
-    H100 profile); 2 under the interpreter, so that a CPU test's few chunks span several tiles."""
+    """Chunk means per tile of the Approx selection scan and decode (the gate kernels have their own,
+    launch.gate_tiles): 64 on the GPU; 2 under the interpreter, so that a CPU test's few chunks
+    span several tiles."""
     return 2 if launch.interpreted() else 64
 
 
