@@ -161,7 +161,7 @@ SITES = {
     "element.bwd_dq": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
     "chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},  # selection and attention of the forward
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
-    # the Approx gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
+    # the STE gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
     "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
 }
 
