@@ -5,7 +5,7 @@
 #   2. benchmarks/bench_top1.py     time / TFLOP/s / peak memory vs SDPA, T = 8K, 32K, no Flex (<= 150 s)
 #   3. benchmarks/profile_top1.py   torch.profiler breakdown, same shapes (<= 90 s; files kept per case;
 #                                   PROFILE=0 skips it)
-# TEST_TIMEOUT (default 220 s) caps the tests: the 12 take about 300 s.
+# TEST_TIMEOUT (default 220 s) caps the tests: the 12 took 178-243 s on an H100 (2026-11-23).
 # Results (JSON, markdown, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
 #     bash benchmarks/top1_gpu_round.sh
 set -u

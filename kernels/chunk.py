@@ -128,9 +128,10 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = saved["kbar"]
     dkbar = kbar  # placeholder: read only by Approx with the STE
-    gcfg = launch.tuned("chunk.gate", launch.gate_tiles(Dk, q.dtype, chunk=C))
-    gate = dict(BLOCK_M=_block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
-                **launch.launch_opts(gcfg))
+    if ste:  # the gate kernels' tiles (launch site chunk.gate)
+        gcfg = launch.tuned("chunk.gate", launch.gate_tiles(Dk, q.dtype, chunk=C))
+        gate = dict(BLOCK_M=_block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
+                    **launch.launch_opts(gcfg))
     if ste and key.select.score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
         dkbar = torch.zeros(B * H, full, Dk, dtype=torch.float32, device=q.device)
         split = gcfg["SPLIT_ROWS"]
