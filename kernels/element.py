@@ -14,7 +14,9 @@ idx and lse (8 bytes per query row): tests/kernels/test_saved_memory.py checks t
 
 FLOPs (causal, per (batch, head), n = T^2/2 visible pairs): inference forward 2 n Dk (QK^T and a
 max: no exp, no P V); training forward 2 n (Dk + Dv) (the soft output for D); backward:
-dK kernel 2 n (2 Dk + Dv) [+ 2 n Dv for dv with value_grad = soft], dQ kernel 2 n (2 Dk + Dv).
+dK kernel 2 n (2 Dk + Dv) [+ 2 n Dv for dv with value_grad = soft], dQ kernel 2 n (2 Dk + Dv);
+with FUSE_DQ (kernels/launch.py: backward_tiles) the dK kernel also adds dq, 2 n Dk more, into a
+float32 (B, T, H, Dk) buffer with atomics, and the dQ kernel does not run.
 """
 
 from __future__ import annotations
@@ -75,13 +77,19 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     B, T, H, _ = q.shape
     # D_i = dO_i . (p @ v)_i with the SOFT output (reference/top1.py); O(T Dv)
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o_soft)
-    dq, dk = torch.empty_like(q), torch.empty_like(k)
+    dk = torch.empty_like(k)
     kv_cfg, q_cfg = launch.backward_tiles(q.shape[-1], q.dtype)
     kv_cfg, q_cfg = launch.tuned("element.bwd_dkdv", kv_cfg), launch.tuned("element.bwd_dq", q_cfg)
+    fused = bool(kv_cfg["FUSE_DQ"])
+    # fused: bwd_dkdv adds dq into a zeroed float32 buffer (cast once at the end); else bwd_dq
+    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else torch.empty_like(q)
     prec = launch.precision(q.dtype)
     getattr(mod, f"{name}_bwd_dkdv")[(B * H, triton_cdiv(T, kv_cfg["BLOCK_N"]))](
-        q, k, v, do, lse, delta, dk, dv, *launch.strides(q, k, v, do), T, H, PREC=prec,
+        q, k, v, do, lse, delta, dk, dv, dq_acc, *launch.strides(q, k, v, do), T, H, FUSE_DQ=fused, PREC=prec,
         **launch.blocks(kv_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(kv_cfg))
+    if fused:
+        return dq_acc.to(q.dtype), dk, dv
+    dq = dq_acc
     getattr(mod, f"{name}_bwd_dq")[(B * H, triton_cdiv(T, q_cfg["BLOCK_M"]))](
         q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, PREC=prec,
         **launch.blocks(q_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(q_cfg))

@@ -76,16 +76,17 @@ def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
 def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
     """(dk/dv kernel, dq kernel) tiles for the element backward: the kernel that holds keys takes
     many keys and few queries per step, the one that holds queries the reverse (the shapes of
-    Triton's fused-attention tutorial for Hopper)."""
+    Triton's fused-attention tutorial for Hopper). FUSE_DQ = 1: the dk/dv kernel adds dq too
+    (float32 atomics) and the dq kernel does not run."""
     if interpreted():  # unequal tiles, as on the GPU: the kernels' diagonal logic is exercised
         small = dict(num_warps=4, num_stages=1)
-        return dict(BLOCK_M=16, BLOCK_N=32, **small), dict(BLOCK_M=32, BLOCK_N=16, **small)
+        return dict(BLOCK_M=16, BLOCK_N=32, FUSE_DQ=0, **small), dict(BLOCK_M=32, BLOCK_N=16, **small)
     if dtype == torch.float32:
         cfg = tiles(dim, dtype, train=True)
-        return cfg, cfg
+        return {**cfg, "FUSE_DQ": 0}, cfg
     # dk/dv at D <= 64: 64 queries per step, from benchmarks/sweep_top1_tiles.py on an H100
     # (2026-11-23: the element step 1.18x faster at 32K, 1.06x at 8K than with 32); D 128 not swept
-    return (dict(BLOCK_M=64 if dim <= 64 else 32, BLOCK_N=128, num_warps=4, num_stages=3),
+    return (dict(BLOCK_M=64 if dim <= 64 else 32, BLOCK_N=128, FUSE_DQ=0, num_warps=4, num_stages=3),
             dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
 
@@ -157,7 +158,7 @@ _OPTS = {"num_warps": (1, 2, 4, 8, 16), "num_stages": (1, 2, 3, 4, 5, 6)}
 SITES = {
     "element.fwd": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
     "element.value_grad": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
-    "element.bwd_dkdv": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
+    "element.bwd_dkdv": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, "FUSE_DQ": (0, 1), **_OPTS},
     "element.bwd_dq": {"BLOCK_M": _TILE, "BLOCK_N": _TILE, **_OPTS},
     "chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},  # selection and attention of the forward
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},

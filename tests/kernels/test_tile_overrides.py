@@ -36,6 +36,8 @@ def _recording(monkeypatch) -> list[tuple[str, dict]]:
 # backward): the overrides change them, so other diagonal and partial-tile cases run
 ELEMENT = {"element.fwd": {"BLOCK_M": 32, "BLOCK_N": 16}, "element.bwd_dkdv": {"BLOCK_M": 16, "BLOCK_N": 64},
            "element.bwd_dq": {"BLOCK_M": 16, "BLOCK_N": 32}, "element.value_grad": {"BLOCK_M": 32, "BLOCK_N": 32}}
+# dq added by the dk/dv kernel (atomics), its query tiles unequal to the key tiles
+FUSED_DQ = {"element.bwd_dkdv": {"BLOCK_M": 16, "BLOCK_N": 64, "FUSE_DQ": 1}}
 CHUNK = {"chunk.fwd": {"BLOCK_M": 32}, "chunk.bwd": {"BLOCK_M": 32, "num_warps": 8}}
 # the gate kernels' own site: 16 mean keys per tile, 32-query blocks, 256-query slices of gate_dkbar
 GATE = {**CHUNK, "chunk.gate": {"BLOCK_M": 32, "BLOCK_C": 16, "SPLIT_ROWS": 256}}
@@ -43,11 +45,12 @@ GATE = {**CHUNK, "chunk.gate": {"BLOCK_M": 32, "BLOCK_C": 16, "SPLIT_ROWS": 256}
 
 @pytest.mark.parametrize("base,override,extra", [
     ("top1_element", ELEMENT, {"grad": "ste", "value_grad": "hard"}),
+    ("top1_element", FUSED_DQ, {"grad": "ste", "value_grad": "soft"}),
     ("top1_chunk_exact", CHUNK, {"chunk": 32}),
     ("top1_chunk_approx", CHUNK, {"chunk": 32}),
     ("top1_chunk_exact", GATE, {"chunk": 32}),
     ("top1_chunk_approx", GATE, {"chunk": 32}),
-], ids=["element", "exact", "approx", "exact-gate", "approx-gate"])
+], ids=["element", "element-fused-dq", "exact", "approx", "exact-gate", "approx-gate"])
 def test_overridden_tiles_reach_every_named_site_and_stay_exact(monkeypatch, base, override, extra):
     monkeypatch.setenv(launch.TILES_ENV, json.dumps(override))
     seen = _recording(monkeypatch)

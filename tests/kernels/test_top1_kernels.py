@@ -10,12 +10,16 @@ On CPU the kernels run under TRITON_INTERPRET=1 (tests/kernels/conftest.py): sha
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+
 import pytest
 import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from seqdsl.kernels import top1
+from seqdsl.kernels import launch, top1
 from tests.kernels.keys import variant
 
 FAST = settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
@@ -54,15 +58,31 @@ data_kinds = st.fixed_dictionaries(dict(
     duplicate=st.booleans(), seed=st.integers(0, 2**16)))
 
 
+@contextlib.contextmanager
+def tiles_override(fields: dict):
+    """SEQDSL_TOP1_TILES set to `fields` (kernels/launch.py) inside the block, as it was after."""
+    old = os.environ.get(launch.TILES_ENV)
+    os.environ[launch.TILES_ENV] = json.dumps(fields)
+    try:
+        yield
+    finally:
+        if old is None:
+            del os.environ[launch.TILES_ENV]
+        else:
+            os.environ[launch.TILES_ENV] = old
+
+
 @FAST
 @given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 2, 15, 16, 17, 33, 47]),
        grad=st.sampled_from([("ste", "hard"), ("ste", "soft"), ("none", "hard")]),
-       temperature=st.sampled_from([0.5, 1.0, 2.0]))
-def test_element_kernels_match_reference(shape, kind, T, grad, temperature):
+       temperature=st.sampled_from([0.5, 1.0, 2.0]), fuse_dq=st.sampled_from([0, 1]))
+def test_element_kernels_match_reference(shape, kind, T, grad, temperature, fuse_dq):
+    """fuse_dq: dq from the dk/dv kernel's atomics instead of its own kernel (both are shipped)."""
     scale = 0.25 if kind["data"] == "grid" else None  # power of two keeps grid scores exact
     key = variant("top1_element", dk=shape["dk"], dv=shape["dv"], scale=scale, temperature=temperature,
                   grad=grad[0], value_grad=grad[1])
-    assert_matches(key, make_inputs(shape["BH"][0], T, shape["BH"][1], shape["dk"], shape["dv"], **kind))
+    with tiles_override({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}}):
+        assert_matches(key, make_inputs(shape["BH"][0], T, shape["BH"][1], shape["dk"], shape["dv"], **kind))
 
 
 @FAST
