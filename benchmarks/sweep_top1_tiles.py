@@ -3,7 +3,8 @@ each setting against the default's in the same run, every setting's outputs chec
 
     python benchmarks/sweep_top1_tiles.py [--kernels top1_element,top1_chunk_exact,top1_chunk_approx]
                                           [--lengths 8192,32768] [--dims 64] [--tokens 131072]
-                                          [--sites element.bwd_dkdv,...] [--budget-s 420] [--out DIR]
+                                          [--sites element.bwd_dkdv,...] [--where FUSE_DQ=1]
+                                          [--budget-s 420] [--out DIR]
     python benchmarks/sweep_top1_tiles.py --smoke   # tiny shapes on CPU under TRITON_INTERPRET=1
 
 Each setting is one site's fields (kernels/launch.py: SITES) given through SEQDSL_TOP1_TILES, the
@@ -41,10 +42,14 @@ _GATE = ([dict(BLOCK_M=m, BLOCK_C=c, SPLIT_ROWS=1024, num_warps=w, num_stages=s)
           for m in (32, 64, 128) for c in (16, 32) for w in (4, 8) for s in (1, 2)]
          + [dict(BLOCK_M=64, BLOCK_C=32, SPLIT_ROWS=r, num_warps=4, num_stages=2) for r in (512, 2048, 4096)]
          + [dict(BLOCK_M=64, BLOCK_C=64, SPLIT_ROWS=1024, num_warps=4, num_stages=2)])
+# the element backward with dq added by the dk/dv kernel (float32 atomics; bwd_dq does not run)
+_FUSED = [dict(BLOCK_M=m, BLOCK_N=n, FUSE_DQ=1, num_warps=w, num_stages=s)
+          for m, n, w, s in [(64, 128, 4, 3), (64, 128, 8, 3), (32, 128, 4, 3), (32, 128, 8, 3),
+                             (128, 128, 8, 2), (64, 64, 4, 3), (64, 128, 4, 2), (64, 128, 8, 2)]]
 CANDIDATES = {
     "element.fwd": [(128, 64, 8, 3), (128, 128, 8, 3), (64, 64, 4, 3), (128, 64, 4, 3), (64, 128, 4, 3),
                     (128, 32, 8, 4), (64, 64, 4, 4), (128, 64, 8, 4)],
-    "element.bwd_dkdv": _MN,
+    "element.bwd_dkdv": _MN + _FUSED,
     "element.bwd_dq": [(n, m, w, s) for m, n, w, s in _MN if n >= m] + [(128, 32, 8, 3), (128, 16, 4, 4)],
     "element.value_grad": [(128, 64, 4, 2), (64, 64, 4, 2), (128, 128, 4, 2), (128, 64, 8, 3)],
     "chunk.fwd": _CHUNK,
@@ -65,6 +70,13 @@ def fields(cand: tuple | dict) -> dict:
     return {**blocks, "num_warps": w, "num_stages": s}
 
 
+def matches(cand: tuple | dict, where: str) -> bool:
+    """Whether a candidate has every FIELD=VALUE of `where` (comma-separated; empty: any)."""
+    got = fields(cand)
+    pairs = [item.split("=", 1) for item in filter(None, where.split(","))]
+    return all(str(got.get(name.strip())) == value.strip() for name, value in pairs)
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kernels", default="top1_element,top1_chunk_exact,top1_chunk_approx")
@@ -73,6 +85,7 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=131072)
     p.add_argument("--chunk", type=int, default=128)
     p.add_argument("--sites", default="", help="only these launch sites (default: every site of each kernel)")
+    p.add_argument("--where", default="", help="only candidates with these fields, e.g. FUSE_DQ=1,num_warps=8")
     p.add_argument("--budget-s", type=float, default=420.0, help="skip what starts after this many seconds")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU under the interpreter")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -115,7 +128,8 @@ def sweep(args, device) -> list[dict]:
                 rows.append({**base, "site": "default", "tiles": {}, "ms": default_ms, "speedup": 1.0, "diff": 0.0})
                 print(json.dumps(rows[-1]), flush=True)
                 for site in SITES_OF[name]:
-                    for cand in candidates[site] if not wanted or site in wanted else []:
+                    chosen = [c for c in candidates[site] if matches(c, args.where)]
+                    for cand in chosen if not wanted or site in wanted else []:
                         if time.perf_counter() - start > args.budget_s:
                             print(f"budget spent: skipping {name} T={T} D={dim} {site} {cand}", flush=True)
                             continue

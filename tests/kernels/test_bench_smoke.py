@@ -71,3 +71,17 @@ def test_tile_sweep_smoke_mode_times_and_checks_every_site(tmp_path):
     for kernel, kernel_sites in sweep.SITES_OF.items():
         assert {(kernel, s) for s in ["default", *kernel_sites]} <= sites
     assert all(r["ok"] and r["ms"] > 0 for r in result["rows"] if r["site"] != "default")
+
+
+def test_tile_sweep_where_keeps_only_candidates_with_the_given_fields():
+    """--where narrows a site's candidates (e.g. to the fused-dq element backward)."""
+    spec = importlib.util.spec_from_file_location("sweep_top1_tiles", SWEEP)
+    sweep = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(sweep)
+    site = sweep.CANDIDATES["element.bwd_dkdv"]
+    fused = [c for c in site if sweep.matches(c, "FUSE_DQ=1")]
+    assert fused and all(sweep.fields(c)["FUSE_DQ"] == 1 for c in fused)
+    assert len(fused) < len(site)  # the unfused tuples have no FUSE_DQ field
+    assert [c for c in site if sweep.matches(c, "")] == site
+    assert [sweep.fields(c) for c in site if sweep.matches(c, "FUSE_DQ=1, num_warps=8")] == \
+        [sweep.fields(c) for c in fused if sweep.fields(c)["num_warps"] == 8]
