@@ -222,7 +222,9 @@ def run_check(dims, device, chunk: int, dtype_names: str = "float32,bfloat16") -
     return rows
 
 
-def measure(args, device) -> tuple[list[dict], dict]:
+def measure(args, device, save=None) -> tuple[list[dict], dict]:
+    """(rows, first-call compile seconds); `save(rows, compile_s)` after every row, so a run cut
+    off by a time limit leaves what it measured on disk."""
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -301,10 +303,16 @@ def measure(args, device) -> tuple[list[dict], dict]:
                         torch.cuda.empty_cache()
                 rows.append(row)
                 print(json.dumps(row), flush=True)
+                if save:
+                    save(rows, _named(compile_s))
             del q, k, v, do, runners
             if device.type == "cuda":
                 torch.cuda.empty_cache()
-    return rows, {f"{n}/D{d}": s for (n, d), s in compile_s.items()}
+    return rows, _named(compile_s)
+
+
+def _named(compile_s: dict) -> dict:
+    return {f"{n}/D{d}": s for (n, d), s in compile_s.items()}
 
 
 _FLEX_COMPILED = {}
@@ -343,7 +351,8 @@ def speedups(rows: list[dict]) -> None:
 
 
 def markdown(result: dict) -> str:
-    lines = [f"# Top-1 kernels benchmark: {result['device']}, {result['date']}", "",
+    cut = " (cut off: the rows measured before the run stopped)" if result.get("partial") else ""
+    lines = [f"# Top-1 kernels benchmark: {result['device']}, {result['date']}{cut}", "",
              f"bf16 GEMM rate measured in this run: {result['gemm_tflops']:.0f} TFLOP/s. "
              f"Tokens per batch: {result['tokens']}; H * D = 768; chunk {result['chunk']}.", "",
              "| kernel | T | D | fwd ms | fwd+bwd ms | fwd TFLOP/s (frac GEMM) | fwd+bwd TFLOP/s | peak MiB |"
@@ -387,21 +396,31 @@ def main(argv=None) -> int:
         os.environ.setdefault("TRITON_CACHE_DIR", tempfile.mkdtemp(prefix="triton_"))  # first-call times
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu (Triton interpreter)"
     gemm = gemm_tflops(device)
-    rows, compile_s = measure(args, device)
-    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk, args.check_dtypes) if args.check else []
-    speedups(rows)
     import triton
 
-    result = dict(device=name, date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-                  torch=torch.__version__, triton=triton.__version__, gemm_tflops=gemm, tokens=args.tokens,
-                  chunk=args.chunk, rows=rows, compile_s=compile_s, check=check)
+    date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     model = re.search(r"\b([A-Z]+\d+)\b", name)  # "NVIDIA H100 80GB HBM3" -> h100
     tag = "smoke" if args.smoke else (model.group(1) if model else "cuda").lower()
-    stem = f"bench_top1_{tag}_{result['date'][:10]}"
-    (out / f"{stem}.json").write_text(json.dumps(result, indent=1))
-    (out / f"{stem}.md").write_text(markdown(result))
+    stem = f"bench_top1_{tag}_{date[:10]}"
+
+    def save(rows, compile_s, check=(), partial=True) -> dict:
+        """Write the JSON and the table (each replaced whole: a reader never sees half a file)."""
+        rows = [dict(r) for r in rows]
+        speedups(rows)
+        result = dict(device=name, date=date, torch=torch.__version__, triton=triton.__version__,
+                      gemm_tflops=gemm, tokens=args.tokens, chunk=args.chunk, rows=rows, compile_s=compile_s,
+                      check=list(check), partial=partial)
+        for suffix, text in ((".json", json.dumps(result, indent=1)), (".md", markdown(result))):
+            tmp = out / f"{stem}{suffix}.tmp"
+            tmp.write_text(text)
+            tmp.replace(out / f"{stem}{suffix}")
+        return result
+
+    rows, compile_s = measure(args, device, save)
+    check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk, args.check_dtypes) if args.check else []
+    result = save(rows, compile_s, check, partial=False)
     print(markdown(result))
     return 0 if all(c["ok"] for c in check) else 1
 

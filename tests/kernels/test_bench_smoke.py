@@ -12,17 +12,46 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_top1.py"
 
 
-@pytest.mark.slow
-def test_benchmark_smoke_mode_writes_rows_json_and_table(tmp_path):
+def _bench_module():
     spec = importlib.util.spec_from_file_location("bench_top1", BENCH)
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
+    return bench
+
+
+@pytest.mark.slow
+def test_benchmark_smoke_mode_writes_rows_json_and_table(tmp_path):
+    bench = _bench_module()
     assert bench.main(["--smoke", "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("bench_top1_smoke_*.json")).read_text())
     kernels = {row["kernel"] for row in result["rows"]}
     assert kernels == {"top1_element", "top1_chunk_exact", "top1_chunk_approx"}
     assert all(row["fwd_ms"] > 0 and row["fwdbwd_ms"] > 0 for row in result["rows"])
+    assert result["partial"] is False
     assert "| top1_chunk_approx |" in next(tmp_path.glob("bench_top1_smoke_*.md")).read_text()
+
+
+@pytest.mark.slow
+def test_a_benchmark_cut_off_leaves_the_rows_it_measured(tmp_path, monkeypatch):
+    """A time limit that kills the run mid-way (here: the third row's timing raises) leaves the
+    rows measured before it in the JSON and the table, marked partial."""
+    bench = _bench_module()
+    timed, real = [], bench.bench
+
+    def limited(fn, device):
+        timed.append(fn)
+        if len(timed) > 4:  # two timings per row: rows 1 and 2 complete
+            raise KeyboardInterrupt
+        return real(fn, device)
+
+    monkeypatch.setattr(bench, "bench", limited)
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--smoke", "--out", str(tmp_path)])
+    result = json.loads(next(tmp_path.glob("bench_top1_smoke_*.json")).read_text())
+    assert result["partial"] is True
+    assert [row["kernel"] for row in result["rows"]] == ["top1_element", "top1_chunk_exact"]
+    table = next(tmp_path.glob("bench_top1_smoke_*.md")).read_text()
+    assert "cut off" in table and "| top1_chunk_exact |" in table and "| top1_chunk_approx |" not in table
 
 
 PROFILE = BENCH.parent / "profile_top1.py"
