@@ -81,19 +81,17 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     kv_cfg, q_cfg = launch.backward_tiles(q.shape[-1], q.dtype)
     kv_cfg, q_cfg = launch.tuned("element.bwd_dkdv", kv_cfg), launch.tuned("element.bwd_dq", q_cfg)
     fused = bool(kv_cfg["FUSE_DQ"])
-    # fused: bwd_dkdv adds dq into a zeroed float32 buffer (cast once at the end); else bwd_dq
-    dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else torch.empty_like(q)
+    # fused: bwd_dkdv adds dq into a zeroed float32 buffer (cast once at the end); else bwd_dq writes it
+    dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else torch.empty_like(q)
     prec = launch.precision(q.dtype)
     getattr(mod, f"{name}_bwd_dkdv")[(B * H, triton_cdiv(T, kv_cfg["BLOCK_N"]))](
-        q, k, v, do, lse, delta, dk, dv, dq_acc, *launch.strides(q, k, v, do), T, H, FUSE_DQ=fused, PREC=prec,
+        q, k, v, do, lse, delta, dk, dv, dq, *launch.strides(q, k, v, do), T, H, FUSE_DQ=fused, PREC=prec,
         **launch.blocks(kv_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(kv_cfg))
-    if fused:
-        return dq_acc.to(q.dtype), dk, dv
-    dq = dq_acc
-    getattr(mod, f"{name}_bwd_dq")[(B * H, triton_cdiv(T, q_cfg["BLOCK_M"]))](
-        q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, PREC=prec,
-        **launch.blocks(q_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(q_cfg))
-    return dq, dk, dv
+    if not fused:
+        getattr(mod, f"{name}_bwd_dq")[(B * H, triton_cdiv(T, q_cfg["BLOCK_M"]))](
+            q, k, v, do, lse, delta, dq, *launch.strides(q, k, v, do), T, H, PREC=prec,
+            **launch.blocks(q_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(q_cfg))
+    return dq.to(q.dtype), dk, dv
 
 
 def triton_cdiv(a: int, b: int) -> int:

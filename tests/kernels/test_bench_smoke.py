@@ -12,16 +12,17 @@ import pytest
 BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_top1.py"
 
 
-def _bench_module():
-    spec = importlib.util.spec_from_file_location("bench_top1", BENCH)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    return bench
+def _script(path: Path):
+    """A benchmarks/ script loaded as a module (they are scripts, not a package)."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.mark.slow
 def test_benchmark_smoke_mode_writes_rows_json_and_table(tmp_path):
-    bench = _bench_module()
+    bench = _script(BENCH)
     assert bench.main(["--smoke", "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("bench_top1_smoke_*.json")).read_text())
     kernels = {row["kernel"] for row in result["rows"]}
@@ -35,7 +36,7 @@ def test_benchmark_smoke_mode_writes_rows_json_and_table(tmp_path):
 def test_a_benchmark_cut_off_leaves_the_rows_it_measured(tmp_path, monkeypatch):
     """A time limit that kills the run mid-way (here: the third row's timing raises) leaves the
     rows measured before it in the JSON and the table, marked partial."""
-    bench = _bench_module()
+    bench = _script(BENCH)
     timed, real = [], bench.bench
 
     def limited(fn, device):
@@ -61,9 +62,7 @@ PROFILE = BENCH.parent / "profile_top1.py"
 def test_profile_smoke_mode_writes_a_case_per_kernel(tmp_path):
     """benchmarks/profile_top1.py --smoke: every kernel's case profiled (CPU: the torch-op table
     only, the interpreter's kernels are not CUDA kernels), JSON and tables written."""
-    spec = importlib.util.spec_from_file_location("profile_top1", PROFILE)
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    profile = _script(PROFILE)
     assert profile.main(["--smoke", "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("profile_top1_smoke_*.json")).read_text())
     cases = {case["kernel"]: case for case in result["cases"]}
@@ -73,9 +72,7 @@ def test_profile_smoke_mode_writes_a_case_per_kernel(tmp_path):
 
 
 def test_profile_groups_kernels_by_name():
-    spec = importlib.util.spec_from_file_location("profile_top1", PROFILE)
-    profile = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(profile)
+    profile = _script(PROFILE)
     assert profile.group_of("top1_chunk_e3b4696ebbd5_attn_bwd") == "ours"
     assert profile.group_of("cudnn_generated_fort_native_sdpa_sm90_flash_fprop") == "sdpa"
     assert profile.group_of("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float>>") \
@@ -91,9 +88,7 @@ SWEEP = BENCH.parent / "sweep_top1_tiles.py"
 def test_tile_sweep_smoke_mode_times_and_checks_every_site(tmp_path):
     """benchmarks/sweep_top1_tiles.py --smoke: a default row per kernel and a checked row per
     launch site it has, under the interpreter (the times mean nothing there)."""
-    spec = importlib.util.spec_from_file_location("sweep_top1_tiles", SWEEP)
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = _script(SWEEP)
     assert sweep.main(["--smoke", "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("sweep_top1_tiles_smoke_*.json")).read_text())
     sites = {(r["kernel"], r["site"]) for r in result["rows"]}
@@ -104,9 +99,7 @@ def test_tile_sweep_smoke_mode_times_and_checks_every_site(tmp_path):
 
 def test_tile_sweep_where_keeps_only_candidates_with_the_given_fields():
     """--where narrows a site's candidates (e.g. to the fused-dq element backward)."""
-    spec = importlib.util.spec_from_file_location("sweep_top1_tiles", SWEEP)
-    sweep = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(sweep)
+    sweep = _script(SWEEP)
     site = sweep.CANDIDATES["element.bwd_dkdv"]
     fused = [c for c in site if sweep.matches(c, "FUSE_DQ=1")]
     assert fused and all(sweep.fields(c)["FUSE_DQ"] == 1 for c in fused)
