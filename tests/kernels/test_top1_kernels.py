@@ -217,6 +217,6 @@ def test_kernels_on_gpu_at_large_shapes(spec, dtype, dim):
     key = variant(spec, dk=dim, dv=dim, **chunk)
     inputs = make_inputs(2, 2048 + 77, 4, dim, dim, data="float", magnitude=1.0, seed=0, duplicate=False, dtype=dtype)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
-    # the largest errors against float64 go to the log (pytest -rA prints a passed test's output)
+    # the largest errors against float64 go to the log (pytest -s prints them as each test runs)
     print(f"{spec} D={dim} {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
