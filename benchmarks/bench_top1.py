@@ -354,7 +354,7 @@ def markdown(result: dict) -> str:
     cut = " (cut off: the rows measured before the run stopped)" if result.get("partial") else ""
     lines = [f"# Top-1 kernels benchmark: {result['device']}, {result['date']}{cut}", "",
              (f"bf16 GEMM rate measured in this run: {result['gemm_tflops']:.0f} TFLOP/s. "
-              if result["gemm_tflops"] == result["gemm_tflops"] else "bf16 GEMM rate: not recorded. ") +
+              if not math.isnan(result["gemm_tflops"]) else "bf16 GEMM rate: not recorded. ") +
              f"Tokens per batch: {result['tokens']}; H * D = 768; chunk {result['chunk']}.", "",
              "| kernel | T | D | fwd ms | fwd+bwd ms | fwd TFLOP/s (frac GEMM) | fwd+bwd TFLOP/s | peak MiB |"
              " fwd x SDPA | fwd+bwd x SDPA | peak / SDPA |",

@@ -10,9 +10,9 @@ On CPU the kernels run under TRITON_INTERPRET=1 (tests/kernels/conftest.py): sha
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
+from unittest import mock
 
 import pytest
 import torch
@@ -58,20 +58,6 @@ data_kinds = st.fixed_dictionaries(dict(
     duplicate=st.booleans(), seed=st.integers(0, 2**16)))
 
 
-@contextlib.contextmanager
-def tiles_override(fields: dict):
-    """SEQDSL_TOP1_TILES set to `fields` (kernels/launch.py) inside the block, as it was after."""
-    old = os.environ.get(launch.TILES_ENV)
-    os.environ[launch.TILES_ENV] = json.dumps(fields)
-    try:
-        yield
-    finally:
-        if old is None:
-            del os.environ[launch.TILES_ENV]
-        else:
-            os.environ[launch.TILES_ENV] = old
-
-
 @FAST
 @given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 2, 15, 16, 17, 33, 47]),
        grad=st.sampled_from([("ste", "hard"), ("ste", "soft"), ("none", "hard")]),
@@ -81,7 +67,8 @@ def test_element_kernels_match_reference(shape, kind, T, grad, temperature, fuse
     scale = 0.25 if kind["data"] == "grid" else None  # power of two keeps grid scores exact
     key = variant("top1_element", dk=shape["dk"], dv=shape["dv"], scale=scale, temperature=temperature,
                   grad=grad[0], value_grad=grad[1])
-    with tiles_override({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}}):
+    # hypothesis runs many draws per test call: the environment is patched per draw, not by a fixture
+    with mock.patch.dict(os.environ, {launch.TILES_ENV: json.dumps({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}})}):
         assert_matches(key, make_inputs(shape["BH"][0], T, shape["BH"][1], shape["dk"], shape["dv"], **kind))
 
 
