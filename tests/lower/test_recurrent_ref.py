@@ -48,7 +48,7 @@ def fla_naive(relpath: str, name: str):
     dev extra: a skip here would silently drop an oracle)."""
     path = fla_root() / "ops" / relpath
     if not path.exists():
-        pytest.fail(f"fla has no {path} in this version; .ci/constraints.txt pins the tested one", pytrace=False)
+        pytest.fail(f"fla has no {path} in this version; bound flash-linear-attention in pyproject.toml to a release that has it", pytrace=False)
     mod_spec = importlib.util.spec_from_file_location(f"_fla_naive_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(mod_spec)
     mod_spec.loader.exec_module(module)

@@ -299,11 +299,14 @@ def top1_chunk_58587a751ec3_decode(Q, K, V, KBAR, O,
     for part in range(0, 2):  # 0: the selected chunk, 1: the local chunk (when attended)
         c = tl.where(part == 0, chosen, c_own)
         use = c >= 0
-        cols = c * CHUNK + tl.arange(0, CHUNK)
-        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=(cols[:, None] < T_K) & use, other=0.0)
-        vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=(cols[:, None] < T_K) & use, other=0.0)
+        # `use` (a scalar) is folded into the key bound, not `&`-ed with a block (see dkbar above);
+        # an unused chunk (c may be -1) reads from chunk 0 with every key masked off
+        cols = tl.where(use, c, 0) * CHUNK + tl.arange(0, CHUNK)
+        t_use = tl.where(use, T_K, 0)
+        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < t_use, other=0.0)
+        vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < t_use, other=0.0)
         z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None] & use, z2, float("-inf"))
+        z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None] & (cols[None, :] < t_use), z2, float("-inf"))
         m_new = tl.maximum(m, tl.max(z2, 1))
         m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
         p = tl.exp2(z2 - m_safe[:, None])
