@@ -1,7 +1,7 @@
 """Training throughput per spec family: tokens/s and MFU of full training steps, on this machine.
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
-                                     [--batch 8] [--steps 10] [--compile [--cuda-graphs]]
+                                     [--batch 8] [--micro-batch M] [--steps 10] [--compile [--cuda-graphs]]
                                      [--reference-recurrent] [--tf32] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
@@ -63,7 +63,8 @@ def _sync(device: torch.device) -> None:
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
-               compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False) -> dict:
+               compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False,
+               micro_batch: int | None = None) -> dict:
     torch._dynamo.reset()  # each spec compiles afresh: guards of earlier specs' models must not count
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
@@ -85,9 +86,10 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
     for i in range(warmup + steps):
         _sync(device)
         t0 = time.perf_counter()
-        stats = training_step(loss_fn, lm.parameters(), x, batch, autocast_dtype=amp, clip=config.clip)
+        stats = training_step(loss_fn, lm.parameters(), x, micro_batch or batch, autocast_dtype=amp,
+                              clip=config.clip, keep_grads=cuda_graphs)
         loss, _ = stats.tolist()  # the one read per step seqdsl train makes (its non-finite check)
-        apply_update(opt)
+        apply_update(opt, keep_grads=cuda_graphs)
         _sync(device)
         dt = time.perf_counter() - t0
         if i == 0:
@@ -118,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="110m")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--micro-batch", type=int, default=None,
+                   help="sequences per forward; the batch is then accumulated over batch / micro-batch of them")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--compile", action="store_true", help="torch.compile each block and the loss head")
@@ -144,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
         f"bench_train_{'smoke_' if args.smoke else ''}{device_name.replace(' ', '_').lower()}_{date}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch}, "
+    print(f"device {device_name}; preset {args.preset}, seq {args.seq}, batch {args.batch} "
+          f"(micro batch {args.micro_batch or args.batch}), "
           f"{'bf16 autocast' if device.type == 'cuda' else 'float32'}, compile {args.compile}, "
           f"CUDA graphs {args.cuda_graphs}, "
           f"recurrent path {'reference.chunked' if args.reference_recurrent else 'auto'}"
@@ -156,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
-                             args.cuda_graphs, args.reference_recurrent)
+                             args.cuda_graphs, args.reference_recurrent, args.micro_batch)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
@@ -168,6 +173,7 @@ def main(argv: list[str] | None = None) -> int:
         # written after every row: a run stopped at a time limit keeps what it measured
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
+                                   "micro_batch": args.micro_batch or args.batch,
                                    "steps": args.steps, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
                                    "reference_recurrent": args.reference_recurrent, "tf32": args.tf32,
                                    "gemm_bf16_tflops": gemm,

@@ -7,6 +7,7 @@ Each cache has its own folder under the root, named by its one user:
     kernels/       rendered Triton kernel modules (seqdsl/kernels/cache.py, docs/kernels.md)
     selfcheck/     self-check verdicts of the fast paths (seqdsl/lower/verdicts.py, docs/lowering.md)
     mamba-wheels/  mamba-ssm wheels built per GPU (benchmarks/build_mamba_ssm.py, docs/mamba.md)
+    tokens/        tokenized corpora (seqdsl/data/tokencache.py, docs/training.md)
 
 This module imports neither torch nor triton.
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CACHES = ("kernels", "selfcheck", "mamba-wheels")
+CACHES = ("kernels", "selfcheck", "mamba-wheels", "tokens")
 
 
 def cache_root() -> Path:

@@ -1,10 +1,14 @@
 """Hypothesis profiles for the whole suite, and fixtures that several test folders share.
 
     ci         (the default) a few dozen examples per property: the fast suite stays within a
-               minute on 2 cores. Every run draws fresh examples, so CI keeps exploring over runs.
-    thorough   hundreds of examples per property, for a deliberate search:
+               minute on 2 cores. Where the environment variable CI is set (CI sets CI=true,
+               .ci/run), the draws are derandomized: every CI run tries the same examples, so
+               a red CI is reproducible and a green one does not turn red on a lucky draw.
+               Outside CI every run draws fresh examples, so local runs keep exploring.
+    thorough   hundreds of examples per property, fresh on every run, for a deliberate search:
                HYPOTHESIS_PROFILE=thorough python3 -m pytest tests/language
-               (or `--hypothesis-profile thorough`).
+               (or `--hypothesis-profile thorough`). A failure it finds becomes a
+               deterministic test (or an `@example`), not a CI gamble.
 
 Properties whose examples are cheap keep their own, larger `max_examples`; the others take the
 profile's count.
@@ -23,7 +27,18 @@ from hypothesis import settings
 if os.environ.get("PYTEST_XDIST_WORKER"):
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-settings.register_profile("ci", max_examples=25, deadline=None)
+# Without a GPU the generated Triton kernels run under Triton's interpreter (tests/kernels, and
+# tests/lower/test_parameters_reach_every_path.py). Triton reads TRITON_INTERPRET when its language
+# modules are imported, which importing torch._dynamo does: so it is set here, before any test
+# module is imported, whatever order the folders are collected in; an explicit setting wins.
+if not os.environ.get("TRITON_INTERPRET"):
+    import torch
+
+    if not torch.cuda.is_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
+settings.register_profile("ci", max_examples=25, deadline=None, derandomize=IN_CI)
 settings.register_profile("thorough", max_examples=500, deadline=None)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
@@ -42,3 +57,17 @@ def stdlib_sample():
         builtin._corpus.cache_clear()
         yield files
     builtin._corpus.cache_clear()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache_root(tmp_path_factory):
+    """Every cache the tests fill (token caches, self-check verdicts, kernels) lives in a temporary
+    root for the session, never the user's ~/.cache/seqdsl; a root set explicitly is kept."""
+    if os.environ.get("SEQDSL_CACHE_DIR"):
+        yield
+        return
+    os.environ["SEQDSL_CACHE_DIR"] = str(tmp_path_factory.mktemp("seqdsl_cache"))
+    try:
+        yield
+    finally:
+        os.environ.pop("SEQDSL_CACHE_DIR", None)

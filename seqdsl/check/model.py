@@ -10,6 +10,7 @@ from __future__ import annotations
 from seqdsl.check.registry import Finding, ModelContext, rule
 from seqdsl.ir import nodes
 from seqdsl.ir import layout
+from seqdsl.ir.presets import preset_refusals
 
 
 def _layers(model: nodes.Model) -> dict[str, list[int]]:
@@ -112,3 +113,24 @@ def head_layout(ctx: ModelContext):
             layout.head_layout(ctx.program.mixer(name), ctx.model.d_model)
         except layout.LayoutError as err:
             yield Finding(str(err), ctx.span("d_model"), "the model cannot be built", err.fix)
+
+
+@rule("M004", "preset-refused", "M", "warning")
+def preset_refused(ctx: ModelContext):
+    """A model that a preset cannot resize: `--preset` would refuse it.
+
+    Why: `seqdsl lower --preset`, `seqdsl train` (whose default preset is `tiny`) and
+    `build_lm(preset=...)` resize a model by scaling its heads with the width
+    (seqdsl/ir/presets.py). A head_dim no halving of which divides the new inner width (96 at
+    the tiny width of 128: 48, 24, 12, 6, 3 never divide it) cannot be resized, so the CPU-scale
+    run of the ablation cannot be made. Better to know when the spec is written than when the
+    run is launched.
+
+    Paper: the paper's models use head dims of 64 and 128, which every preset can resize.
+
+    Fix: a power-of-two head_dim (64 or 128), or write the small model by hand and train it
+    without a preset (`--set preset=null`)."""
+    for preset, err in preset_refusals(ctx.program, ctx.model):
+        where = ctx.sources.get("mixer", err.mixer, "head_dim") if err.mixer else ctx.span("mixer")
+        yield Finding(f"preset {preset}: {err.message}", where,
+                      "the ablation cannot be run at that size", err.hint or "resize the model by hand")

@@ -8,7 +8,8 @@ Text, per diagnostic:
       why: full-sequence visibility: any earlier token must be reachable in one mixing step
       fix: `visibility = full`, or a window of at least 2048 tokens
 
-then a verdict block per file and a one-line summary. The bracket holds the pillar and the
+then a verdict block per file and a one-line summary. `--format summary` prints one line per
+file instead (`specs/window_256.seq: fail (V001)`), then the same summary. The bracket holds the pillar and the
 severity. When a finding's span lies in another file (an inherited slot, an imported mixer) an
 `in:` line names the mixer or model the finding is about.
 """
@@ -107,6 +108,21 @@ def format_summary(reports: Iterable[SpecReport]) -> str:
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def spec_codes(report: SpecReport) -> list[str]:
+    """The codes of a spec's findings that are not infos, in rule order."""
+    order = [r.code for r in ordered()]
+    return sorted({d.code for d in report.diagnostics if d.severity != "info"}, key=order.index)
+
+
+def format_spec_line(report: SpecReport) -> str:
+    """`specs/window_256.seq: fail (V001)`: a spec in one line (`--format summary`); an
+    unreadable one says so (its error goes to stderr, as in the text form)."""
+    if report.error:
+        return f"{report.path}: unreadable"
+    codes = spec_codes(report)
+    return f"{report.path}: {report.verdict}" + (f" ({', '.join(codes)})" if codes else "")
 
 
 def format_text(reports: Iterable[SpecReport]) -> str:

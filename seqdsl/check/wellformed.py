@@ -11,8 +11,9 @@ from __future__ import annotations
 from seqdsl.check.registry import Finding, MixerContext, rule
 from seqdsl.ir import nodes, support
 from seqdsl.ir.conflicts import conflicts
-from seqdsl.ir.key import kernel_key
+from seqdsl.ir.key import Dense, dense_at, kernel_key
 from seqdsl.ir.layout import LayoutError
+
 
 @rule("W001", "conflicting-choices", "W", "error")
 def conflicting_choices(ctx: MixerContext):
@@ -46,17 +47,32 @@ def _chunk_sizes(m: nodes.Mixer) -> list[tuple[int, tuple[str, ...], str]]:
     return out
 
 
-def _fast_path_refusals(ctx: MixerContext) -> list[support.Support]:
-    """What the fast backends for this mixer's family say, when none of them can run it (an
-    empty list when one can). The facts are the support tables of seqdsl/ir/support.py, the
-    same ones the planner reads; the key is computed as for the first model using the mixer
-    (the width only matters for `heads = auto`, which no backend constrains)."""
+def _dense(ctx: MixerContext) -> Dense | None:
+    """The planner's fact (seqdsl/ir/key.py: dense_at): is this mixer plain causal attention
+    within the context, its window, chunk or top-k covering it? Then SDPA runs it."""
+    key = _key(ctx)
+    return dense_at(key, ctx.context) if key is not None else None
+
+
+def _key(ctx: MixerContext):
+    """The kernel key as for the first model using the mixer (the width only matters for
+    `heads = auto`, which no backend constrains); None when the heads do not fit (M003)."""
     m = ctx.mixer
     d_model = ctx.models[0].d_model if ctx.models else m.head_dim
     try:
-        key = kernel_key(m, d_model)
+        return kernel_key(m, d_model)
     except (LayoutError, ValueError):
-        return []  # the heads do not fit: M003 reports it
+        return None
+
+
+def _fast_path_refusals(ctx: MixerContext) -> list[support.Support]:
+    """What the fast backends for this mixer's family say, when none of them can run it (an
+    empty list when one can, or when the mixer is dense attention within the context, which
+    the planner runs on SDPA). The facts are the support tables of seqdsl/ir/support.py, the
+    same ones the planner reads."""
+    key = _key(ctx)
+    if key is None or dense_at(key, ctx.context) is not None:
+        return []
     verdicts = support.fast_paths(key)
     return [] if any(v.ok for v in verdicts) else verdicts
 
@@ -76,7 +92,8 @@ def chunk_tiling(ctx: MixerContext):
 
     Fix: a power of two from 16 to 128, e.g. `chunk(128)`."""
     sel = ctx.mixer.select
-    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and support.chunk_tiling(sel.over.size):
+    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and support.chunk_tiling(sel.over.size) \
+            and _dense(ctx) is None:  # a chunk covering the context is planned as dense attention
         yield Finding(
             f"{support.chunk_tiling(sel.over.size)}; the reference (PyTorch) path is used",
             ctx.span("select", "over", "size"), "speed: the reference path materialises T x T scores",
@@ -96,16 +113,19 @@ def no_fast_path(ctx: MixerContext):
     planner reads too, so this warning and `seqdsl lower`'s path table always agree. A chunk
     size the kernels cannot tile is W002's finding, reported here only when nothing else is.
 
+    The caret points at the slot that rules the backend out (`k` of `top(k)`, `head_dim`,
+    `decay`...), and the fix says what that backend would take there.
+
     Paper: the paper's models use head dims of 64 and 128.
 
-    Fix: the message names what rules each backend out; e.g. `head_dim = 64`."""
+    Fix: the message names what rules each backend out and the caret where it is written;
+    e.g. `top(1, ...)` for top-k with k > 1, `head_dim = 64` for a width the kernels do not take."""
     for refusal in _fast_path_refusals(ctx):
         if not refusal.tiling:
             yield Finding(
                 f"no fast path: {refusal.backend} cannot run it ({refusal.reason}); the reference "
-                "(PyTorch) path is used", ctx.span("head_dim"),
-                "speed: the reference path is slow at long context",
-                "change what the message names, e.g. `head_dim = 64`")
+                "(PyTorch) path is used", ctx.span(*refusal.slot),
+                "speed: the reference path is slow at long context", refusal.fix)
 
 
 @rule("W004", "context-not-multiple-of-chunk", "W", "info")
@@ -115,13 +135,14 @@ def context_not_multiple_of_chunk(ctx: MixerContext):
     Why: chunk selection and chunk-local attention split the sequence into chunks; when the
     context is not a multiple of the chunk size the last chunk is shorter. This is handled
     (kernels mask the tail), but it means the last tokens have a smaller local chunk than the
-    others, which is worth knowing when comparing runs.
+    others, which is worth knowing when comparing runs. A chunk at least as long as the context
+    is one chunk: W006 says what that means (dense attention).
 
     Paper: 2K and 100K contexts with chunks of 128 (2048 = 16 x 128).
 
     Fix: a chunk size that divides the context."""
     for size, path, what in _chunk_sizes(ctx.mixer):
-        if ctx.context % size:
+        if ctx.context % size and size < ctx.context:  # one chunk covering the context: W006's
             yield Finding(
                 f"{ctx.ctx} is not a multiple of {what}({size}): the last chunk holds "
                 f"{ctx.context % size} tokens",
@@ -157,3 +178,38 @@ def inert_parameter(ctx: MixerContext):
         yield Finding(f"`value_grad = soft` has no effect with {why}",
                       ctx.span("select", "value_grad"), "the spec says more than the mixer does",
                       "remove `value_grad`")
+
+
+@rule("W006", "dense-at-context", "W", "info")
+def dense_at_context(ctx: MixerContext):
+    """A window, chunk or top-k that covers the whole context: the mixer is dense attention.
+
+    Why: `window(4096)` or `chunk_local(4096)` at a 2048-token context lets every token see its
+    whole prefix; `top(k)` with k at least the context keeps every key; chunk selection whose k
+    chunks (plus the local one) span the context attends every chunk. Within the context each is
+    exactly causal softmax attention, gradients included, and the planner runs it as such (SDPA,
+    `sdpa.causal` where nothing else masks the scores), whatever the support tables say of the
+    restriction; past the restriction's reach (a longer evaluation) the restriction applies again.
+    An ablation meant to restrict or select is not doing so at this context.
+
+    Paper: a window at least as long as the context is full attention (the window ablation's
+    limit); selection that keeps everything is not selection.
+
+    Fix: nothing to fix if dense attention is the intent (then say `visibility = full`, `select =
+    none`); otherwise a window, chunk or k below the context."""
+    dense = _dense(ctx)
+    if dense is None:
+        return
+    vis, sel = ctx.mixer.visibility, ctx.mixer.select
+    if isinstance(vis, (nodes.Window, nodes.ChunkLocal)):
+        where, fix = ("visibility", "size"), f"`visibility = full` if dense attention is meant; else a {vis.kind} " \
+                                             f"below {ctx.context} tokens"
+    else:
+        chunk = isinstance(sel.over, nodes.Chunk) and sel.over.size >= ctx.context
+        where = ("select", "over", "size") if chunk else ("select", "k")
+        fix = f"`select = none` if dense attention is meant; else a {'chunk' if chunk else 'k'} that selects " \
+              "among the keys of the context"
+    yield Finding(
+        f"dense: {dense.reason} ({ctx.context_from}): this is causal softmax attention, planned as "
+        f"such on SDPA (past {dense.upto} tokens the restriction applies again)",
+        ctx.span(*where), "the restriction does not restrict at this context", fix)

@@ -1,8 +1,9 @@
 """`seqdsl check PATH...`: lint specs against the full-sequence arbitrary selection principle.
 
 Every path is checked, even when an earlier one cannot be read; the exit code is EXIT_CODES.
-Text goes to stdout and read errors to stderr; `--format json` prints one document for the
-whole run on stdout.
+Text goes to stdout and read errors to stderr; `--format summary` prints one line per spec (its
+verdict and the codes behind it) instead of every diagnostic; `--format json` prints one
+document for the whole run on stdout.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import json
 import sys
 
 from seqdsl.check import check_paths
-from seqdsl.check.report import exit_code, format_error, format_summary, format_text, to_json
+from seqdsl.check.report import exit_code, format_error, format_spec_line, format_summary, format_text, to_json
 
 
 def _codes(text: str) -> list[str]:
@@ -43,7 +44,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="only these rules: codes, prefixes (V, N00) or names, comma-separated")
     parser.add_argument("--ignore", type=_codes, action="extend", metavar="CODES",
                         help="skip these rules (same forms as --select); they do not count for verdicts")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument("--format", choices=("text", "summary", "json"), default="text",
+                        help="text: every diagnostic with its source line (default); summary: one line "
+                             "per spec, its verdict and the codes behind it; json: one document")
     parser.add_argument("--exit-zero", action="store_true",
                         help="exit 0 even when a spec is degraded or fails "
                              "(2 still means unreadable input)")
@@ -63,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     for report in reports:
         if report.error:
             print(format_error(report), file=sys.stderr)
-    text = format_text(reports)
+    text = "\n".join(map(format_spec_line, reports)) if args.format == "summary" else format_text(reports)
     if text:
         print(text + "\n")
     print(format_summary(reports))

@@ -1,6 +1,7 @@
 """`seqdsl compare RUN...`: OOD loss against training loss across runs (docs/evaluation.md).
 
-Prints a Markdown table of OOD loss at matched training loss with the gap to a baseline run,
+Prints a Markdown table per domain (in-domain and OOD) of the loss at matched training loss with
+the gap to a baseline run, warns about values interpolated across early or sparse evaluations,
 draws the scatter plot (a panel per OOD domain, a curve per run) and optionally writes the
 table as JSON. The logic lives in seqdsl/eval/compare.py and plot.py.
 """
@@ -23,7 +24,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                            "default: the first run)")
     parser.add_argument("--at", metavar="L1,L2,...",
                         help="training-loss levels (nats/token); default: three inside the range "
-                             "every run covers")
+                             "every run's evaluations cover, after each run's first evaluation "
+                             "where they can")
     parser.add_argument("--metric", choices=("loss", "bpb"), default="loss",
                         help="OOD measure: nats/token (loss) or bits/byte (bpb)")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW,
@@ -49,7 +51,7 @@ def _levels(text: str | None) -> list[float] | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqdsl.eval.compare import compare, markdown, to_json
+    from seqdsl.eval.compare import FLAG_MARK, compare, markdown, to_json
     from seqdsl.eval.metrics import read_run
 
     runs = [read_run(r) for r in args.runs]
@@ -59,6 +61,10 @@ def run(args: argparse.Namespace) -> int:
     cmp = compare(runs, levels=_levels(args.at), baseline=args.baseline, metric=args.metric,
                   window=args.window, seq_len=args.seq_len)
     print(markdown(cmp))
+    flagged = [c for cells in (cmp.cells, cmp.in_domain_cells) for c in cells.values() if c.flags]
+    if flagged:
+        print(f"warning: {len(flagged)} table value(s) are interpolated across early or sparse evaluations "
+              f"(marked {FLAG_MARK}; the lines under the levels say which)", file=sys.stderr)
     if not args.no_plot:
         from seqdsl.eval.plot import plot
 

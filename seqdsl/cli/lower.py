@@ -17,6 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("path", metavar="SPEC", help="a .seq file")
     parser.add_argument("--model", help="which model of the file (default: its last model)")
     parser.add_argument("--preset", choices=nodes.PRESETS, help="resize the model to a preset")
+    parser.add_argument("--keep-absolute", action="store_true", dest="keep_absolute",
+                        help="with --preset: keep windows and chunks in tokens instead of scaling them "
+                             "with the context")
     parser.add_argument("--device", default=None,
                         help="device to plan for (default: cuda if available, else cpu)")
     parser.add_argument("--no-tree", action="store_true", help="omit the module tree")
@@ -58,11 +61,15 @@ def _ranges(xs: list[int]) -> str:
 def run(args: argparse.Namespace) -> int:
     import torch
 
-    from seqdsl.ir.presets import model_at
+    from seqdsl.check.resized import resize_report
+    from seqdsl.ir.presets import model_at, preset_refusals
     from seqdsl.lower.lm import LanguageModel
     from seqdsl.passes.resolve import load
 
-    resized = model_at(load(args.path).program, args.model, args.preset)
+    if args.keep_absolute and not args.preset:
+        raise SeqError("--keep-absolute applies to a resize", hint="add --preset tiny, 110m or 1.3b")
+    written = load(args.path).program
+    resized = model_at(written, args.model, args.preset, keep_absolute=args.keep_absolute)
     program, spec = resized.program, resized.model
     try:
         device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -80,8 +87,11 @@ def run(args: argparse.Namespace) -> int:
     shown = f" (resized to preset {args.preset})" if args.preset else ""
     print(f"model {spec.name}{shown}: {spec.layers} layers, d_model {spec.d_model}, vocab {spec.vocab}, "
           f"context {spec.context}, block {spec.block}, mlp {spec.mlp.kind}, tie {str(spec.tie).lower()}")
-    for note in resized.notes:
-        print(f"  preset: {note}")
+    for line in resize_report(written, resized):
+        print(f"  {line}")
+    if resized.preset is None:  # what a later --preset would refuse, said now
+        for preset, err in preset_refusals(resized.program, spec):
+            print(f"  preset {preset}: {err.message}")
     print(f"parameters: {total:,} ({_count(total)}); without embeddings: {body:,} ({_count(body)})")
     print(f"\npaths on {device.type}:")
     rows = lm.describe_paths(device)

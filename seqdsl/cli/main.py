@@ -2,8 +2,10 @@
 
 Subcommands live in their own modules under seqdsl/cli/ and are imported only when run, so
 `seqdsl check` never pays for torch. Each module exposes `add_arguments(parser)` and
-`run(args) -> int`. User errors (`SeqError`) print one readable message and exit 2; a Python
-traceback reaching the user is a bug.
+`run(args) -> int`; `args.argv` holds the words the command was given (`seqdsl train` repeats
+them in the command it prints to continue an interrupted run). User errors (`SeqError`) print one
+readable message and exit 2; Ctrl-C exits 130 with one line (`seqdsl train`'s names the command
+that resumes the run); a Python traceback reaching the user is a bug.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import time
 
 from seqdsl.errors import SeqError
 
@@ -21,6 +24,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "fmt": ("seqdsl.cli.fmt", "print specs in canonical form (or rewrite them with --write)"),
     "lower": ("seqdsl.cli.lower", "build the PyTorch model of a spec and show the path chosen per layer"),
     "codegen": ("seqdsl.cli.codegen", "write the generated Triton source of a spec's Top-1 mixers"),
+    "data": ("seqdsl.cli.data", "tokenize a run config's corpus into the token cache (`seqdsl data prepare`)"),
     "train": ("seqdsl.cli.train", "train a spec on a limited domain, evaluate it out of domain"),
     "eval": ("seqdsl.cli.eval", "evaluate a checkpoint: loss per domain at any context length"),
     "compare": ("seqdsl.cli.compare", "compare runs: OOD loss at matched training loss, table and plot"),
@@ -60,6 +64,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.perf_counter()  # before any subcommand imports torch: time to first step counts it
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         parser = build_parser(only=_requested(argv) or "")
@@ -70,6 +75,8 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "command", None):
         parser.print_help()
         return 2
+    args.argv = argv
+    args.started = started
     try:
         return importlib.import_module(args._module).run(args)
     except SeqError as err:

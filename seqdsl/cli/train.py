@@ -2,12 +2,16 @@
 
 The run config comes from `--config FILE` (JSON or TOML, see recipes/), then `--set key=value`
 overrides, then the explicit flags below. Several processes: `torchrun --nproc_per_node N -m
-seqdsl.cli.main train ...`. See docs/training.md.
+seqdsl.cli.main train ...`. Ctrl-C exits 130 with one line naming the last checkpoint and the
+command that continues the run from it. See docs/training.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import shlex
+import sys
 from pathlib import Path
 
 
@@ -18,6 +22,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="override a config field, e.g. --set lr=1e-3 --set data.train_domains='[\"*\"]'")
     parser.add_argument("--model", help="which model of the file (default: its last model)")
     parser.add_argument("--preset", help="model size: tiny, 110m, 1.3b")
+    parser.add_argument("--keep-absolute", action=argparse.BooleanOptionalAction, default=None, dest="keep_absolute",
+                        help="with a preset: keep windows and chunks in tokens instead of scaling them with "
+                             "the context (config key keep_absolute)")
     parser.add_argument("--tokens", type=int, help="training tokens")
     parser.add_argument("--batch", type=int, help="global batch, in sequences")
     parser.add_argument("--seq-len", type=int, dest="seq_len", help="training sequence length")
@@ -37,9 +44,52 @@ def run(args: argparse.Namespace) -> int:
 
     config = load_config(args.config, args.overrides, spec=args.spec, model=args.model, preset=args.preset,
                          tokens=args.tokens, batch=args.batch, seq_len=args.seq_len, lr=args.lr, seed=args.seed,
-                         device=args.device, compile=args.compile)
+                         device=args.device, compile=args.compile, keep_absolute=args.keep_absolute)
     out = Path(args.out) if args.out else Path("runs") / f"{Path(config.spec).stem}-{config.preset or 'spec'}"
-    train(config, out, resume=args.resume, show_progress=not args.quiet)
+    interrupted = False
+    try:
+        train(config, out, resume=args.resume, show_progress=not args.quiet, launched=getattr(args, "started", None))
+    except KeyboardInterrupt:
+        interrupted = True
+    # said outside the handler: by then the run's frames are released and its progress bar closed
+    if interrupted:
+        if os.environ.get("RANK", "0") == "0":  # under torchrun every process gets the Ctrl-C
+            print(interrupted_line(out, getattr(args, "argv", None) or ["train", config.spec]), file=sys.stderr)
+        return 130
     if not args.quiet:
         print(f"run written to {out} (metrics.jsonl, checkpoints/)")
     return 0
+
+
+def interrupted_line(out: Path, argv: list[str]) -> str:
+    """The one line a Ctrl-C leaves: the last checkpoint and the command that continues from it."""
+    from seqdsl.train.checkpoint import latest_name
+
+    name = latest_name(out / "checkpoints")
+    if name is None:
+        return (f"interrupted before the first checkpoint of {out}; nothing to resume, start again with: "
+                f"{continue_command(argv, out, resume=False)}")
+    step = name.removeprefix("step_").lstrip("0") or "0"
+    return (f"interrupted; the last checkpoint of {out} is step {step} ({out / 'checkpoints' / name}); "
+            f"continue with: {continue_command(argv, out, resume=True)}")
+
+
+def continue_command(argv: list[str], out: Path, *, resume: bool) -> str:
+    """The command line that was run, with `--out` made explicit and `--resume` added (or
+    dropped), quoted for a POSIX shell; under torchrun, its launcher on this node."""
+    words = [w for w in argv if w != "--resume"]
+    if not any(w == "--out" or w.startswith("--out=") for w in words):
+        words += ["--out", str(out)]
+    if resume:
+        words.append("--resume")
+    return shlex.join(_launcher() + words)
+
+
+def _launcher() -> list[str]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world == 1:
+        return ["seqdsl"]
+    per_node = os.environ.get("LOCAL_WORLD_SIZE", str(world))
+    nodes = world // int(per_node)
+    return (["torchrun"] + (["--nnodes", str(nodes)] if nodes > 1 else [])
+            + ["--nproc_per_node", per_node, "-m", "seqdsl.cli.main"])

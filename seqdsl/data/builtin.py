@@ -147,6 +147,9 @@ class BuiltinSource:
     def describe(self) -> str:
         return f"builtin:{digest()}"
 
+    def content(self) -> list[str]:
+        return [self.describe()]
+
 
 def _order_key(doc: Document) -> bytes:
     return hashlib.sha256(doc.text.encode("utf-8")).digest()

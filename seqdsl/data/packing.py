@@ -3,13 +3,14 @@
 Shape legend: T seq_len; a packed sequence is T + 1 tokens (inputs are its first T, targets its
 last T).
 
-The training documents (held-out ones removed) are tokenized, each followed by the
-end-of-document token, and laid end to end in the source's fixed order; sequence i is tokens
+The training pieces of the documents (held-out units removed, seqdsl/data/documents.py: a
+document with nothing held out is one piece) are tokenized, each followed by the end-of-document
+token, and laid end to end in the source's fixed order; sequence i is tokens
 [iT, iT + T + 1) of that stream, so consecutive sequences share one token and every token is a
 target exactly once. When the documents run out, the stream starts again (the next epoch).
 
-The cursor is where the next sequence starts: (epoch, index of the document among the training
-documents of that epoch, token offset inside it). It is three integers, saved in every
+The cursor is where the next sequence starts: (epoch, index of the piece among the training
+pieces of that epoch, token offset inside it). It is three integers, saved in every
 checkpoint; resuming re-reads the documents before it without tokenizing them.
 """
 
@@ -21,7 +22,7 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-from seqdsl.data.documents import Document, is_heldout
+from seqdsl.data.documents import Document, training_pieces
 from seqdsl.errors import SeqError
 
 
@@ -52,14 +53,12 @@ class PackedSequences:
         epoch, first = start.epoch, True
         while True:
             index, seen = 0, False
-            for doc in self.documents():
-                if is_heldout(doc.text, self.heldout):
-                    continue
+            for piece in training_pieces(self.documents(), self.heldout):
                 seen = True
                 if first and index < start.doc:
                     index += 1
                     continue
-                yield epoch, index, self.encode(doc.text) + [self.eos_id]
+                yield epoch, index, self.encode(piece) + [self.eos_id]
                 index += 1
             if not seen:
                 raise SeqError("no training documents: every document of the training domains is held out "

@@ -7,6 +7,7 @@ for bytes. For bits per byte, that token stands for one byte.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 from seqdsl.errors import SeqError, SeqFileError
@@ -22,6 +23,18 @@ class ByteTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return list(text.encode("utf-8"))
+
+    def text_bytes(self, ids: list[int]) -> int:
+        """UTF-8 bytes of the text that `ids`, the start of one text's encoding, stand for: one
+        per token (a character cut through counts the bytes kept)."""
+        return len(ids)
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def digest(self) -> str:
+        """What identifies this tokenizer's mapping (the token cache's key): fixed for bytes."""
+        return BYTES
 
 
 class FileTokenizer:
@@ -40,6 +53,7 @@ class FileTokenizer:
         except Exception as err:  # tokenizers raises a bare Exception on a malformed file
             raise SeqFileError(f"cannot read tokenizer {path}: {str(err).splitlines()[0]}") from None
         self.name = path
+        self._digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1  # ids run 0 .. max
         ids = [self._tok.token_to_id(n) for n in EOS_NAMES]
         found = [i for i in ids if i is not None]
@@ -49,6 +63,21 @@ class FileTokenizer:
 
     def encode(self, text: str) -> list[int]:
         return self._tok.encode(text, add_special_tokens=False).ids
+
+    def text_bytes(self, ids: list[int]) -> int:
+        """UTF-8 bytes of the text that `ids`, the start of one text's encoding, decode to. (A
+        character that byte-level BPE spreads over several tokens and that `ids` cut through
+        decodes to U+FFFD, 3 bytes, whatever part of it was kept.)"""
+        return len(self._tok.decode(ids, skip_special_tokens=False).encode("utf-8"))
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """The same ids as `encode` per text, tokenized on every core (the Rust library's threads)."""
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def digest(self) -> str:
+        """The SHA-256 of the tokenizer file's bytes: a renamed copy is the same tokenizer, an
+        edited one is another (the token cache's key)."""
+        return self._digest
 
 
 def load_tokenizer(name: str) -> ByteTokenizer | FileTokenizer:

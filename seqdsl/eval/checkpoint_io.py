@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqdsl.errors import SeqError
-from seqdsl.train.checkpoint import LATEST, CheckpointError, verify
+from seqdsl.train.checkpoint import LATEST, CheckpointError, intact_before, verify
 
 CHECKPOINTS = "checkpoints"
 WEIGHTS = "model.safetensors"
@@ -73,14 +73,27 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
+def _verified_state(ckpt: Path) -> dict:
+    """state.json of a checkpoint whose files are all there and match their hashes. A damaged one
+    is refused, naming the newest earlier one that is intact: evaluation scores the checkpoint it
+    is pointed at, never another step in its place (`--resume` does fall back: resuming is exact)."""
+    try:
+        if not ckpt.is_dir():
+            raise CheckpointError(f"checkpoint {ckpt} is missing")
+        for name in (WEIGHTS, STATE, SPEC):
+            if not (ckpt / name).is_file():
+                raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
+        return verify(ckpt).state
+    except CheckpointError as err:
+        previous = intact_before(ckpt.parent, ckpt.name)
+        if previous is None:
+            raise
+        raise CheckpointError(err.message, hint=f"the previous checkpoint is intact: seqdsl eval {previous.path}") from None
+
+
 def read_checkpoint(path: str | Path) -> Checkpoint:
     ckpt, run = locate(path)
-    if not ckpt.is_dir():
-        raise CheckpointError(f"checkpoint {ckpt} is missing")
-    for name in (WEIGHTS, STATE, SPEC):
-        if not (ckpt / name).is_file():
-            raise CheckpointError(f"checkpoint {ckpt} is incomplete: {name} is missing")
-    state = verify(ckpt).state
+    state = _verified_state(ckpt)
     try:
         spec_text = (ckpt / SPEC).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:

@@ -27,7 +27,7 @@ per-position parameters (`relation = random_keys` or `positional`) have none bey
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -80,6 +80,14 @@ def windows(n_tokens: int, seq_len: int) -> list[tuple[int, int]]:
     return [(s, min(seq_len, n_tokens - 1 - s)) for s in range(0, n_tokens - 1, seq_len)]
 
 
+def batch_count(n_tokens: int, seq_len: int, batch_size: int) -> int:
+    """How many batches `_batches` cuts n_tokens into: the full windows in groups of batch_size,
+    then the shorter last window if there is one."""
+    spans = windows(n_tokens, seq_len)
+    full = sum(1 for _, n in spans if n == seq_len)
+    return math.ceil(full / batch_size) + (len(spans) > full)
+
+
 def _batches(tokens: Tensor, seq_len: int, batch_size: int) -> Iterator[tuple[Tensor, Tensor]]:
     """(inputs, targets), each (B, S'), all windows of one batch of the same length S'."""
     spans = windows(tokens.numel(), seq_len)
@@ -106,12 +114,18 @@ def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor) -> float:
     return nll.double().sum().item()
 
 
+def forwards_per_process(n_batches: int, world: int) -> int:
+    return math.ceil(n_batches / world)
+
+
 def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len: int,
-                 batch_size: int, device, autocast_dtype=None, split: tuple[int, int] = (0, 1)) -> DomainLoss:
+                 batch_size: int, device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
+                 after_forward: Callable[[], None] | None = None) -> DomainLoss:
     """`split` = (rank, world): this process scores batches rank, rank + world, ... and the sums
     are added over the processes (a torch.distributed group of `world`). Every process runs the
-    same number of forwards, with a discarded one where its share runs out, since a sharded
-    (FSDP2) model's forward is collective."""
+    same number of forwards (`forwards_per_process`), with a discarded one where its share runs
+    out, since a sharded (FSDP2) model's forward is collective. `after_forward` is called after
+    each of them (progress display)."""
     n = tokens.numel()
     if n < 2:
         raise EvalError(f"an evaluation set needs at least 2 tokens to score one, got {n}")
@@ -121,11 +135,13 @@ def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len:
     rank, world = split
     batches = list(_batches(tokens.to(torch.long), seq_len, batch_size))
     total = 0.0
-    for i in range(rank, rank + world * math.ceil(len(batches) / world), world):
+    for i in range(rank, rank + world * forwards_per_process(len(batches), world), world):
         x, y = batches[i] if i < len(batches) else batches[0]
         with autocast(device, autocast_dtype):
             nll = _nll_sum(model, x.to(device), y.to(device))
         total += nll if i < len(batches) else 0.0
+        if after_forward is not None:
+            after_forward()
     if world > 1:
         total = _sum_over_processes(total, device)
     scored = n - 1
@@ -141,22 +157,49 @@ def _sum_over_processes(value: float, device: torch.device) -> float:
     return t.item()
 
 
+# progress(done, total, domain): forwards done by this process out of its total over every set,
+# and the domain being scored; called as each set starts (its domain announced), then after each
+# forward
+EvalProgress = Callable[[int, int, str], None]
+
+
+class _ForwardCounter:
+    def __init__(self, progress: EvalProgress, total: int):
+        self.progress, self.total, self.done, self.domain = progress, total, 0, ""
+
+    def start(self, domain: str) -> None:
+        self.domain = domain
+        self.progress(self.done, self.total, domain)
+
+    def tick(self) -> None:
+        self.done += 1
+        self.progress(self.done, self.total, self.domain)
+
+
 def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int, batch_size: int,
-             device, autocast_dtype=None, split: tuple[int, int] = (0, 1)) -> dict[str, DomainLoss]:
+             device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
+             progress: EvalProgress | None = None) -> dict[str, DomainLoss]:
     """Loss of `model` on each set (keyed as `sets`), every token but the first of each set
     scored once (see the module docstring), the batches split over processes as `split` says
     (`evaluate_set`). Runs without gradients in eval mode; the model's training mode is restored
-    afterwards."""
+    afterwards. `progress`, if given, is told of every forward (`EvalProgress`)."""
     if batch_size < 1:
         raise EvalError(f"batch_size must be at least 1, got {batch_size}")
     check_seq_len(model, seq_len)
+    world = split[1]
+    counter = _ForwardCounter(progress or (lambda *_: None), total=sum(
+        forwards_per_process(batch_count(s.tokens.numel(), seq_len, batch_size), world) for s in sets.values()))
     was_training = model.training
     model.eval()
     try:
         with torch.no_grad():
-            return {name: evaluate_set(model, s.tokens, s.n_bytes, seq_len=seq_len,
-                                       batch_size=batch_size, device=device,
-                                       autocast_dtype=autocast_dtype, split=split)
-                    for name, s in sets.items()}
+            results = {}
+            for name, s in sets.items():
+                counter.start(name)
+                results[name] = evaluate_set(model, s.tokens, s.n_bytes, seq_len=seq_len,
+                                             batch_size=batch_size, device=device,
+                                             autocast_dtype=autocast_dtype, split=split,
+                                             after_forward=counter.tick)
+            return results
     finally:
         model.train(was_training)

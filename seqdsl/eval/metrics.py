@@ -45,7 +45,7 @@ class EvalPoint:
 @dataclass(frozen=True)
 class RunMetrics:
     name: str  # the run directory's name
-    label: str  # the model trained (config.json "model"), else the run's name
+    label: str  # the model trained (config.json "model_name", else "model"), else the run's name
     path: Path
     train: tuple[TrainPoint, ...]  # by step
     evals: tuple[EvalPoint, ...]  # by step, then domain
@@ -108,7 +108,10 @@ def read_run(run_dir: str | Path) -> RunMetrics:
 
 def _label(run: Path) -> str:
     try:
-        model = json.loads((run / CONFIG).read_text(encoding="utf-8")).get("model")
+        config = json.loads((run / CONFIG).read_text(encoding="utf-8"))
+        # training writes the trained model's name as model_name ("model" is the config's
+        # override of the spec's model, usually null)
+        model = config.get("model_name") or config.get("model")
     except (OSError, ValueError, AttributeError):
         model = None
     return str(model) if model else run.resolve().name

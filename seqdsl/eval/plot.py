@@ -1,6 +1,6 @@
 """The comparison plot: training loss (x) against OOD loss (y), one panel per OOD domain, one
-curve per run, evaluations joined in step order; dotted vertical lines mark the levels of the
-matched-loss table. Rendered with matplotlib's Agg backend (no display needed)."""
+curve per run, evaluations joined in step order; dotted vertical lines, named in each panel's
+legend, mark the levels of the matched-loss table. Rendered with matplotlib's Agg backend (no display needed)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,12 @@ from seqdsl.errors import SeqError, SeqFileError
 from seqdsl.eval.compare import UNIT, Comparison
 
 
-def plot(cmp: Comparison, path: str | Path) -> Path:
+def level_legend(cmp: Comparison) -> str:
+    """The legend entry of the dotted level lines."""
+    return "matched-loss levels of the table: " + ", ".join(f"{lv:.3f}" for lv in cmp.levels)
+
+
+def _pyplot():
     try:
         import matplotlib
     except ImportError:
@@ -20,6 +25,26 @@ def plot(cmp: Comparison, path: str | Path) -> Path:
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
+    return plt
+
+
+def plot(cmp: Comparison, path: str | Path) -> Path:
+    plt = _pyplot()
+    fig = figure(cmp)
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(out, dpi=120)
+    except OSError as err:
+        raise SeqFileError(f"cannot write the plot {out}: {err.strerror or err}") from None
+    finally:
+        plt.close(fig)
+    return out
+
+
+def figure(cmp: Comparison):
+    """The comparison's matplotlib figure (the caller closes it)."""
+    plt = _pyplot()
     domains = cmp.domains
     if not domains:
         raise SeqError("no OOD evaluations to plot",
@@ -34,10 +59,12 @@ def plot(cmp: Comparison, path: str | Path) -> Path:
                 continue
             style = dict(linewidth=2.2) if c.run.name == cmp.baseline else dict(linewidth=1.4)
             label = c.run.name if c.run.label == c.run.name else f"{c.run.name} ({c.run.label})"
+            label += ", baseline" if c.run.name == cmp.baseline else ""
             ax.plot([p.train_loss for p in points], [p.ood for p in points], marker="o", markersize=3.5,
                     label=label, **style)
-        for level in cmp.levels:
-            ax.axvline(level, color="grey", linestyle=":", linewidth=1)
+        for k, level in enumerate(cmp.levels):  # one legend entry names every level line
+            ax.axvline(level, color="grey", linestyle=":", linewidth=1,
+                       label=level_legend(cmp) if k == 0 else "_nolegend_")
         ax.set_title(f"OOD: {domain}")
         ax.set_xlabel("training loss (nats/token)")
         ax.set_ylabel(f"OOD {cmp.metric} ({UNIT[cmp.metric]})")
@@ -47,12 +74,4 @@ def plot(cmp: Comparison, path: str | Path) -> Path:
     for ax in list(axes.flat)[len(domains):]:
         ax.set_visible(False)
     fig.tight_layout()
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=120)
-    except OSError as err:
-        raise SeqFileError(f"cannot write the plot {out}: {err.strerror or err}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return fig

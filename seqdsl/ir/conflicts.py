@@ -13,6 +13,8 @@ from seqdsl.ir import nodes
 
 # Features whose dot products are never negative (taylor: 1 + x + x^2/2 > 0).
 NONNEGATIVE_FEATURES = ("elu1", "relu", "taylor")
+# Features whose phi(k) is wider than k (seqdsl.ir.key.feature_width): taylor's 1 + d + d^2.
+WIDENING_FEATURES = ("taylor",)
 
 
 @dataclass(frozen=True)
@@ -60,6 +62,18 @@ def conflicts(m: nodes.Mixer) -> list[Conflict]:
             "Mamba-1's discretised SSM, whose step size scales the plain additive write dt k v^T; "
             "it has no meaning for a delta rule, RWKV-6's bonus or RWKV-7's removal", ("decay",),
             "`update = additive`, or `decay = data_dependent(vector)` for a free per-channel decay"))
+    per_key_channel = [what for what, present in (
+        ("a per-channel decay (`data_dependent(vector)`)",
+         isinstance(m.decay, nodes.DataDependentDecay) and m.decay.granularity == "vector"),
+        ("RWKV-6's bonus", isinstance(m.update, nodes.Additive) and m.update.bonus),
+        ("RWKV-7's update", isinstance(m.update, nodes.Rwkv7))) if present]
+    if not softmax and feature in WIDENING_FEATURES and per_key_channel:
+        out.append(Conflict(
+            f"feature map `{feature}` with {' and '.join(per_key_channel)}: those learn one value per "
+            f"key channel (key_dim of them), but `{feature}` widens each key to 1 + d + d^2 channels, "
+            "which the state's rows follow", ("relation", "feature"),
+            "`feature = elu1` or `relu` (they keep the width), or `decay = data_dependent(scalar)` "
+            "with `update = additive` or `delta`"))
     if isinstance(m.weights, nodes.NormalizedLinear) and feature not in NONNEGATIVE_FEATURES:
         source = f"feature `{feature}`" if isinstance(m.relation, nodes.Dot) else f"`{m.relation.kind}`"
         out.append(Conflict(

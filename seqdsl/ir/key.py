@@ -20,7 +20,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from seqdsl.ir import nodes
@@ -194,3 +194,47 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
         learned_scale=isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned),
         learned_temperature=softmax and isinstance(mixer.weights.temperature, nodes.Learned),
     )
+
+
+# --- dense attention in disguise -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dense:
+    """A softmax or selection mixer whose restriction covers the whole context, so that on any
+    sequence of at most `upto` tokens (`upto` >= the context) it computes plain causal softmax
+    attention: a window or chunk-local span of at least the context, top-k keeping every key,
+    chunk selection attending every chunk. `key` is the mixer's key as that attention (full
+    visibility, no selection); `reason` says why, in words a plan or a finding can quote."""
+
+    key: KernelKey
+    upto: int
+    reason: str
+
+
+def dense_at(key: KernelKey, context: int) -> Dense | None:
+    """The `Dense` fact of `key` at a `context`-token context, or None when some restriction of
+    the mixer bites within the context (or it has none: it is already plain attention, or
+    recurrent). Exact, gradients included: top-k keeping every visible key has w_sel = p, so
+    its straight-through output and gradients are softmax attention's; chunk selection with
+    every candidate chosen attends every visible key and its STE factor's G is constant 1 (or
+    0 without candidates)."""
+    if key.family == "recurrent":
+        return None
+    limits: list[tuple[int, str]] = []  # (longest sequence it holds for, why)
+    if key.visibility in ("window", "chunk_local"):
+        limits.append((key.window, f"{key.visibility}({key.window}) covers the {context}-token context"))
+    sel = key.select
+    if sel is not None and sel.over == "element":
+        limits.append((sel.k, f"top({sel.k}) keeps every key of the {context}-token context"))
+    elif sel is not None:
+        # query i has i // c earlier chunks (+ its own without `local`) as candidates: all are
+        # chosen while that count is at most k
+        reach = (sel.k + sel.local) * sel.chunk
+        why = (f"chunk({sel.chunk}) covers the {context}-token context" if sel.chunk >= context else
+               f"top({sel.k}, over=chunk({sel.chunk})) selects every chunk of the {context}-token context")
+        limits.append((reach, why))
+    if not limits or any(reach < context for reach, _ in limits):
+        return None
+    plain = replace(key, family="softmax", visibility="full", window=None, select=None)
+    return Dense(plain, min(reach for reach, _ in limits), "; ".join(why for _, why in limits))

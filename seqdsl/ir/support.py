@@ -25,14 +25,23 @@ class Support:
     op: str | None  # what would run, e.g. "fla.chunk_gla"; None when the backend cannot
     reason: str = ""  # why not (empty when op is set)
     tiling: bool = False  # the refusal is about chunk/tile sizes (checker rule W002), not dims
+    # A refusal's spec slot (a source-map path such as ("select", "k")), where the checker's
+    # caret goes, and what to write there instead
+    slot: tuple[str, ...] = ()
+    fix: str = ""
 
     @property
     def ok(self) -> bool:
         return self.op is not None
 
 
-def _no(backend: str, reason: str, *, tiling: bool = False) -> Support:
-    return Support(backend, None, reason, tiling)
+def _no(backend: str, reason: str, slot: tuple[str, ...], fix: str, *, tiling: bool = False) -> Support:
+    return Support(backend, None, reason, tiling, slot, fix)
+
+
+def _width_slot(key: KernelKey, which: str) -> tuple[str, ...]:
+    """The slot a user edits to change the key (query/key) or value width of a head."""
+    return ("key_dim",) if which == "key" and key.key_dim != key.head_dim else ("head_dim",)
 
 
 def _pow2(n: int) -> bool:
@@ -44,12 +53,18 @@ def _pow2(n: int) -> bool:
 
 def sdpa(key: KernelKey) -> Support:
     """Softmax attention over every visible key: any head dim (SDPA has a math fallback), any
-    mask. `sdpa.causal` is the flash/cuDNN-eligible call with `is_causal` and no mask."""
+    mask. `sdpa.causal` is the flash/cuDNN-eligible call with `is_causal` and no mask.
+
+    `is_causal` needs a positive scale: its kernels (CPU flash, CUDA flash and cuDNN) mask the
+    future with -inf before multiplying by the scale, so a scale <= 0 turns the masked entries
+    into +inf or NaN and the rows into NaN (seen with torch 2.11 on an H100 and 2.13 on CPU);
+    with an explicit mask every backend is exact for any scale (docs/lowering.md, Paths)."""
     if key.family == "select":
-        return _no("sdpa", "top-k selection keeps a subset of the visible keys; SDPA attends all of them")
+        return _no("sdpa", "top-k selection keeps a subset of the visible keys; SDPA attends all of them",
+                   ("select",), "`select = none`, or a top-k that keeps every key of the context")
     if key.family != "softmax":
-        return _no("sdpa", f"`{key.weights}` weights are not a softmax")
-    if key.visibility == "full" and key.position != "alibi" and not key.score_bias:
+        return _no("sdpa", f"`{key.weights}` weights are not a softmax", ("weights",), "`weights = softmax`")
+    if key.visibility == "full" and key.position != "alibi" and not key.score_bias and key.scale > 0:
         return Support("sdpa", "sdpa.causal")
     return Support("sdpa", "sdpa.mask")
 
@@ -62,15 +77,19 @@ FLA_MIN_DIM = 16  # fla's tiles are at least 16 wide (tl.dot): smaller key/value
 def fla(key: KernelKey) -> Support:
     """The fla chunked kernel for a recurrent mixer (inputs as the reference takes them)."""
     if key.family != "recurrent":
-        return _no("fla", "flash-linear-attention runs the recurrent (linear-weights) family only")
+        return _no("fla", "flash-linear-attention runs the recurrent (linear-weights) family only",
+                   ("weights",), "`weights = linear`")
     if min(key.feature_dim, key.value_cols) < FLA_MIN_DIM:
+        slot = _width_slot(key, "key" if key.feature_dim < FLA_MIN_DIM else "value")
         return _no("fla", f"key/value widths {key.feature_dim}x{key.value_cols} are below fla's "
-                          f"{FLA_MIN_DIM}-wide tiles")
+                          f"{FLA_MIN_DIM}-wide tiles", slot,
+                   f"a width of at least {FLA_MIN_DIM}, e.g. `{slot[0]} = 64`")
     shape = key.decay_shape
     if shape == "selective":
         return _no("fla", "Mamba-1's selective step (a step size per head times a rate per key channel, "
                           "the write scaled by the step): fla's chunk_gla could run its expanded "
-                          "per-channel form, which is not wired")
+                          "per-channel form, which is not wired", ("decay",),
+                   "nothing for fla: mamba-ssm's selective scan runs it on CUDA")
     if key.update == "rwkv7":
         return Support("fla", "fla.chunk_rwkv7")
     if key.update == "bonus":
@@ -79,7 +98,8 @@ def fla(key: KernelKey) -> Support:
         return Support("fla", "fla.chunk_gla" if shape == "vector" else "fla.chunk_simple_gla")
     if key.update == "delta":
         if shape == "vector":
-            return _no("fla", "fla has no delta-rule kernel with a per-channel decay")
+            return _no("fla", "fla has no delta-rule kernel with a per-channel decay", ("decay",),
+                       "`decay = data_dependent(scalar)` (Gated DeltaNet's)")
         return Support("fla", "fla.chunk_delta_rule" if shape == "none" else "fla.chunk_gated_delta_rule")
     raise ValueError(f"unhandled update {key.update!r}")  # exhaustiveness: tests/ir/test_exhaustive.py
 
@@ -105,28 +125,40 @@ def triton(key: KernelKey) -> Support:
     """The generated Top-1 kernels: element or chunk selection with k = 1."""
     sel = key.select
     if key.family != "select" or sel is None:
-        return _no("triton", "the generated kernels cover the Top-1 selection family only")
+        return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
+                   "`select = top(1)` or `top(1, over=chunk(128))`")
     if sel.k != 1:
-        return _no("triton", f"top-{sel.k}: the generated kernels select one element or chunk (k = 1)")
+        return _no("triton", f"top-{sel.k}: the generated kernels select one element or chunk (k = 1)",
+                   ("select", "k"), "`top(1, ...)`, if one key or chunk per query is the experiment")
     if key.feature != "identity":
-        return _no("triton", f"feature map `{key.feature}` under selection")
+        return _no("triton", f"feature map `{key.feature}` under selection", ("relation", "feature"),
+                   "`feature = identity`")
+    if key.scale <= 0:
+        # the kernels rank the raw q . k and apply scale / temperature after (codegen/templates)
+        return _no("triton", f"score scale {key.scale:g}: the generated kernels rank the raw q . k, which "
+                             "only a positive scale keeps in order", ("relation", "scale"),
+                   "a positive `scale` (or `auto`)")
     for what, dim in (("key", key.feature_dim), ("value", key.head_dim)):
         if dim not in TRITON_HEAD_DIMS:
-            return _no("triton", f"{what} width {dim} is not one of "
-                                 f"{', '.join(map(str, TRITON_HEAD_DIMS))}")
+            widths = ", ".join(map(str, TRITON_HEAD_DIMS))
+            return _no("triton", f"{what} width {dim} is not one of {widths}", _width_slot(key, what),
+                       f"a {what} width of {widths}, e.g. `{_width_slot(key, what)[0]} = 64`")
     if key.position == "alibi":
-        return _no("triton", "ALiBi under selection is not generated (reference only)")
+        return _no("triton", "ALiBi under selection is not generated (reference only)", ("position",),
+                   "`position = rope`")
     if key.score_bias:
         return _no("triton", "an additive score bias (decay or positional relation) under selection is "
-                             "not generated (reference only)")
+                             "not generated (reference only)", ("decay",), "`decay = none`")
     if key.visibility != "full":
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
-                             "(reference only)")
+                             "(reference only)", ("visibility",), "`visibility = full`")
     if sel.over == "chunk":
         if chunk_tiling(sel.chunk):
-            return _no("triton", chunk_tiling(sel.chunk), tiling=True)
+            return _no("triton", chunk_tiling(sel.chunk), ("select", "over", "size"),
+                       "a power of two from 16 to 128, e.g. 128", tiling=True)
         if sel.score == "lse":
-            return _no("triton", "chunk score `lse` is not generated (max and mean are)")
+            return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),
+                       "`score = max` (Exact) or `score = mean` (Approx)")
     return Support("triton", f"triton.top1_{sel.over}")
 
 
@@ -140,27 +172,31 @@ def mamba(key: KernelKey) -> Support:
     seqdsl/lower/mamba_paths.py. Mamba-1's selective scan for `data_dependent(selective)`:
     S_t = exp(dt_t A) * S_(t-1) + dt_t k_t v_t^T (seqdsl/lower/selective_scan_paths.py)."""
     if key.family != "recurrent":
-        return _no("mamba", "mamba-ssm runs the recurrent (linear-weights) family only")
+        return _no("mamba", "mamba-ssm runs the recurrent (linear-weights) family only", ("weights",),
+                   "`weights = linear`")
     if key.update != "additive":
         return _no("mamba", f"update `{key.update}`: mamba-ssm's scans are additive (no delta rule, "
-                            "RWKV bonus or RWKV-7 removal)")
+                            "RWKV bonus or RWKV-7 removal)", ("update",), "nothing for mamba-ssm: fla's kernels run it")
     if key.weights != "linear":
         return _no("mamba", f"`{key.weights}` weights: the mamba-ssm path is wired for plain `linear` "
-                            "weights only (the normaliser column is left to fla)")
+                            "weights only (the normaliser column is left to fla)", ("weights",),
+                   "`weights = linear`, or leave it to fla")
     if key.feature != "identity":
         return _no("mamba", f"feature map `{key.feature}`: the mamba-ssm path takes identity features "
-                            "(Mamba-2's B and C) only")
+                            "(Mamba-2's B and C) only", ("relation", "feature"), "`feature = identity`")
     if key.decay_shape == "selective":
         if key.position == "alibi":
             return _no("mamba", "ALiBi adds a per-head decay e^-m to the selective step's exp(dt A); the "
-                                "selective scan's decay is exp(dt A) alone")
+                                "selective scan's decay is exp(dt A) alone", ("position",), "`position = none`")
         return Support("mamba", "mamba.selective_scan")
     if key.decay_shape == "vector":
         if key.head_dim == 1:
             return _no("mamba", "a free per-state-entry decay (`data_dependent(vector)`): Mamba-1's selective "
                                 "scan decays by exp(delta_t A), one step size per channel and step times a "
-                                "constant per state entry; `decay = data_dependent(selective)` says that")
-        return _no("mamba", "a per-channel (vector) decay: the SSD kernel takes one decay per head and step")
+                                "constant per state entry; `decay = data_dependent(selective)` says that",
+                       ("decay",), "`decay = data_dependent(selective)`")
+        return _no("mamba", "a per-channel (vector) decay: the SSD kernel takes one decay per head and step",
+                   ("decay",), "`decay = data_dependent(scalar)`, or leave it to fla's chunk_gla")
     return Support("mamba", "mamba.ssd")
 
 

@@ -20,6 +20,7 @@ contexts than the training one needs.
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 
@@ -30,6 +31,8 @@ from torch import Tensor, nn
 from seqdsl.ir import nodes
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.mixer import FRESH, LoweringError, MixerModule, MixerState
+
+log = logging.getLogger("seqdsl")
 
 
 def swiglu_hidden(mlp: nodes.SwiGLU, d_model: int) -> int:
@@ -253,9 +256,16 @@ def _init(module: nn.Module) -> None:
         module.reset_mixing_parameters()
 
 
-def build_lm(program: nodes.Program, model: str | None = None, *, preset: str | None = None) -> LanguageModel:
+def build_lm(program: nodes.Program, model: str | None = None, *, preset: str | None = None,
+             keep_absolute: bool = False) -> LanguageModel:
     """The LM of `model` (default: the file's last declared model, or a `tiny` model around its
     last declared mixer when it declares none), resized to `preset` when one is given
-    (`seqdsl.ir.presets`: heads scale with the width, a hybrid keeps its layer pattern)."""
-    resized = model_at(program, model, preset)
+    (`seqdsl.ir.presets`: heads scale with the width, windows and chunks with the context unless
+    `keep_absolute`, a hybrid keeps its layer pattern). What the resize could not keep is
+    logged as a warning (logger "seqdsl"), its changes as infos."""
+    resized = model_at(program, model, preset, keep_absolute=keep_absolute)
+    for note in resized.notes:
+        log.info("preset %s: %s", resized.preset, note)
+    for note in resized.not_kept:
+        log.warning("preset %s, not kept: %s", resized.preset, note)
     return LanguageModel(resized.program, resized.model)

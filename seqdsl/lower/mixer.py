@@ -36,7 +36,7 @@ from seqdsl.errors import SeqError
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.flops import step_rank
-from seqdsl.ir.key import kernel_key
+from seqdsl.ir.key import dense_at, kernel_key
 from seqdsl.ir.layout import LayoutError, head_layout
 from seqdsl.ir.schedules import retnet_log_gammas
 from seqdsl.lower import init
@@ -179,7 +179,7 @@ class MixerModule(nn.Module):
         if not isinstance(mixer.gate, nodes.NoGate):
             self.gate_proj = nn.Linear(d_model, H * Dv, bias=False)
         self.o_proj = nn.Linear(H * Dv, d_model, bias=False)
-        self.paths = PathChooser(self.key, mixer.name)
+        self.paths = PathChooser(self.key, mixer.name, dense=dense_at(self.key, context))
         self.reset_mixing_parameters()
 
     @torch.no_grad()

@@ -5,7 +5,9 @@ Gk key heads and K value heads as the mixer stores them (grouped-query attention
 Mamba-style query/key groups: Gk < K = H).
 
 A `PathChooser` is built from the mixer's `KernelKey` (seqdsl/ir/key.py), which says everything
-the computation is specialised on; nothing here reads the spec or the owning module. A path is
+the computation is specialised on, and its `Dense` fact at the model's context (`dense_at`: a
+window, chunk or top-k that covers the context makes the mixer plain causal attention there);
+nothing here reads the spec or the owning module. A path is
 planned once per (device, dtype): the static support table of each backend
 (seqdsl/ir/support.py) says what could run, then what only the machine can say is checked once
 (is the package importable, does the kernel pass its self-check against the reference here).
@@ -24,6 +26,9 @@ Paths:
     select family (top-k)
         triton.*    the generated Top-1 kernels (seqdsl.kernels), CUDA only, after a self-check
         reference   seqdsl.reference.top1
+    dense (either family, when `Dense` holds): sdpa.* on the dense key for sequences of at most
+        `Dense.upto` tokens; past that a window or chunk-local span is masked (sdpa.mask) and a
+        selection runs its reference, as the plan's reason says
     recurrent family
         mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/mamba_paths.py), CUDA
                     only, after a self-check; single decoding steps (no gradient) run its
@@ -61,7 +66,7 @@ from torch import Tensor
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey
+from seqdsl.ir.key import Dense, KernelKey
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
@@ -124,9 +129,10 @@ def _forced_from_env() -> str | None:
 
 
 class PathChooser:
-    def __init__(self, key: KernelKey, name: str):
+    def __init__(self, key: KernelKey, name: str, dense: Dense | None = None):
         self.key = key
         self.name = name  # the mixer's name, for messages
+        self.dense = dense  # plain causal attention within the context (seqdsl.ir.key.dense_at)
         self.force: str | None = _forced_from_env()
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
@@ -159,10 +165,13 @@ class PathChooser:
                 return Plan(self.force, "forced")
             return Plan("reference.chunked" if key.family == "recurrent" else "reference", "forced")
         reference = "reference.chunked" if key.family == "recurrent" else "reference"
+        if self.dense is not None:
+            op, how = _sdpa_plan(self.dense.key, device)
+            past = "the reference top-k" if key.family == "select" else "an explicit mask"
+            return Plan(op, f"dense: {self.dense.reason}: softmax attention, {how} (past "
+                            f"{self.dense.upto} tokens: {past})")
         if key.family == "softmax":
-            op = support.sdpa(key).op
-            how = "is_causal (flash/cuDNN eligible)" if op == "sdpa.causal" and device.type == "cuda" \
-                else "is_causal" if op == "sdpa.causal" else "explicit mask"
+            op, how = _sdpa_plan(key, device)
             return Plan(op, f"softmax attention, {how}")
         offers = [support.triton(key)] if key.family == "select" else support.fast_paths(key)
         accepted = [v for v in offers if v.ok]
@@ -259,7 +268,13 @@ class PathChooser:
     def attention(self, m: AttentionInputs) -> Tensor:
         path = self._plan_call(m.q).path
         if path.startswith("sdpa."):
-            return _sdpa(self.key, m)
+            if self.dense is not None:
+                if m.k.shape[1] <= self.dense.upto:  # every restriction covers these keys
+                    return _sdpa(self.dense.key, m, path)
+                if self.key.family == "select":  # past the selection's reach
+                    return _attention_reference(self.key, m)
+                return _sdpa(self.key, m, support.sdpa(self.key).op)  # past the window: masked
+            return _sdpa(self.key, m, path)
         if path.startswith("triton."):
             from seqdsl.kernels import top1 as top1_kernels
 
@@ -280,6 +295,14 @@ class PathChooser:
         # a decoding step may take the plan's own step kernel when that passed its self-check
         step_checked = (str(m.q.device), m.q.dtype) in self._mamba_steps
         return _RUNTIMES[backend(path)].run(self.key, path, m, S, step_checked=step_checked)
+
+
+def _sdpa_plan(key: KernelKey, device: torch.device) -> tuple[str, str]:
+    """The SDPA op for a softmax key and how it is called, in words."""
+    op = support.sdpa(key).op
+    how = "is_causal (flash/cuDNN eligible)" if op == "sdpa.causal" and device.type == "cuda" \
+        else "is_causal" if op == "sdpa.causal" else "explicit mask"
+    return op, how
 
 
 def set_path(model: torch.nn.Module, path: str | None) -> None:
@@ -469,21 +492,23 @@ def _median_ms(step, device: torch.device) -> float:
 # --- softmax implementations -------------------------------------------------------------------------
 
 
-def _sdpa(key: KernelKey, m: AttentionInputs) -> Tensor:
+def _sdpa(key: KernelKey, m: AttentionInputs, path: str) -> Tensor:
+    """SDPA as the plan said: `sdpa.causal` (whole sequences from position 0; a chunk against a
+    cache takes the mask) or `sdpa.mask`. The support table decides which (seqdsl/ir/support.py:
+    e.g. a scale <= 0 gives NaN rows under `is_causal`), not this function."""
     B, T, H, _ = m.q.shape
     L = m.k.shape[1]
     scale = key.scale / key.temperature
-    k = m.k
-    if k.shape[2] != m.v.shape[2]:  # keys shared in query/key groups, values per head
-        k = attn_ref.repeat_heads(k, m.v.shape[2])
+    k, v = m.k, m.v
+    if k.shape[2] != v.shape[2]:
+        # keys shared in query/key groups and values per head, or keys per head (random, constant
+        # or no keys) and values in groups: SDPA takes one head count for both, so one per query head
+        k, v = attn_ref.repeat_heads(k, H), attn_ref.repeat_heads(v, H)
     # grouped-query attention: SDPA maps query head h to key/value head h // (H / K) itself,
     # so the cache is never repeated to H heads
     gqa = k.shape[2] != H
-    q, k, v = (t.transpose(1, 2) for t in (m.q, k, m.v))  # (B, H or K, *, D)
-    # scale 0 (uniform weights) with is_causal gives NaN rows on CPU (torch 2.13): explicit mask
-    plain = (scale != 0 and m.pos == 0 and T == L and m.bias is None and key.visibility == "full"
-             and m.alibi is None)
-    if plain:
+    q, k, v = (t.transpose(1, 2) for t in (m.q, k, v))  # (B, H or K, *, D)
+    if path == "sdpa.causal" and m.pos == 0 and T == L:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
         return out.transpose(1, 2)
     visible = attn_ref.visibility_mask(

@@ -10,7 +10,11 @@ and fsynced, then renamed into place with os.replace; only then is `latest` rewr
 os.replace). A kill before the rename leaves a stray temp directory, ignored and removed by the
 next write; a kill between the rename and the pointer leaves `latest` naming the previous
 checkpoint. `state.json` carries the SHA-256 of the weight and optimizer files, so a checkpoint
-damaged afterwards is refused with one message instead of loading garbage.
+damaged afterwards is never loaded. `load_latest` (what `--resume` reads) then falls back to the
+newest earlier checkpoint that is intact and says which one was passed over: resuming is exact, so
+the run only redoes the steps since that checkpoint (and rewrites the damaged one when it gets
+there). `seqdsl eval`, which scores what it is pointed at, refuses instead and names the intact
+one (seqdsl/eval/checkpoint_io.py).
 
 The files hold the *full* (unsharded) state, keyed by parameter names, whatever wrote them: one
 process, DDP, or FSDP2 shards (gathered with torch.distributed.checkpoint's state-dict helpers,
@@ -22,6 +26,7 @@ process 0 alone writes.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import os
@@ -47,6 +52,8 @@ class CheckpointError(SeqFileError):
 class Loaded:
     path: Path
     state: dict  # state.json
+    # why the newer checkpoint `latest` names was passed over for this one (it is damaged)
+    passed_over: str | None = None
 
 
 def _sha256(path: Path) -> str:
@@ -178,12 +185,40 @@ def latest_name(root: Path) -> str | None:
 
 
 def load_latest(root: Path) -> Loaded:
-    """The newest complete checkpoint under `root`, verified; one CheckpointError otherwise."""
+    """The checkpoint `latest` names under `root`, verified; when that one is damaged, the newest
+    earlier one that is intact, with `passed_over` saying what is wrong with the latest. One
+    CheckpointError when there is no checkpoint or none is intact."""
     name = latest_name(root)
     if name is None:
         raise CheckpointError(f"no checkpoint to resume from in {root}",
                               hint="run without --resume to start, or point --out at the run")
-    return verify(root / name)
+    try:
+        return verify(root / name)
+    except CheckpointError as damaged:
+        previous = intact_before(root, name)
+        if previous is None:
+            raise CheckpointError(damaged.message, hint="no earlier checkpoint is intact either: start the run "
+                                                        "again without --resume, in another --out") from None
+        return dataclasses.replace(previous, passed_over=damaged.message)
+
+
+def _step_of(path: Path) -> int | None:
+    number = path.name.removeprefix("step_")
+    return int(number) if path.name.startswith("step_") and number.isdigit() else None
+
+
+def intact_before(root: Path, name: str) -> Loaded | None:
+    """The newest checkpoint under `root` older than checkpoint `name` whose files match their
+    hashes, verified; None when there is none."""
+    newest = _step_of(root / name)
+    older = [(step, p) for p in root.glob("step_*")
+             if p.is_dir() and (step := _step_of(p)) is not None and (newest is None or step < newest)]
+    for _, path in sorted(older, reverse=True):
+        try:
+            return verify(path)
+        except CheckpointError:
+            continue
+    return None
 
 
 def verify(path: Path) -> Loaded:

@@ -55,11 +55,3 @@ def autocast_dtype(dtype: str, device: torch.device) -> torch.dtype | None:
 def autocast(device: torch.device, dtype: torch.dtype | None) -> AbstractContextManager:
     """torch.autocast to `dtype` on `device`, or nothing when `dtype` is None."""
     return torch.autocast(device.type, dtype=dtype) if dtype is not None else nullcontext()
-
-
-def to_device(batch: Tensor, device: torch.device) -> Tensor:
-    """`batch` (a CPU tensor) on `device`. To a GPU it goes from pinned memory without blocking
-    the host, so the copy overlaps the previous step's kernels instead of waiting for them."""
-    if device.type != "cuda":
-        return batch.to(device)
-    return batch.pin_memory().to(device, non_blocking=True)

@@ -45,6 +45,19 @@ class Dist:
         return t.item() / self.world
 
 
+    def main_first(self, work):
+        """`work()` on process 0 first, then on the others once it is done: something every
+        process needs and the first one makes (the token cache) is made once."""
+        if self.world == 1:
+            return work()
+        if self.main:
+            result = work()
+            dist.barrier()
+            return result
+        dist.barrier()
+        return work()
+
+
 def init(device_kind: str) -> Dist:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world == 1:

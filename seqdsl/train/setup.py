@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 
 from seqdsl.data.documents import DocumentSource
+from seqdsl.data.packing import Cursor, PackedSequences
 from seqdsl.data.evalset import EvalSet
 from seqdsl.data.heldout import build_eval_sets
 from seqdsl.errors import SeqError, did_you_mean
@@ -20,6 +22,9 @@ class ResolvedModel:
     program: nodes.Program  # the mixers used and the trained model only
     spec: nodes.Model  # resized to the preset, vocab = the tokenizer's, context = seq_len
     text: str  # the resolved spec (`seqdsl fmt --resolved` form): what spec.seq holds
+    # what the resize changed and could not keep, and the trained model's verdict beside the
+    # spec's (seqdsl.check.resized), for the run's first messages
+    report: tuple[str, ...] = ()
 
     @property
     def digest(self) -> str:
@@ -27,19 +32,24 @@ class ResolvedModel:
 
 
 def resolve_model(config: RunConfig, vocab: int) -> ResolvedModel:
+    from seqdsl.check.resized import resize_report
     from seqdsl.ir.presets import model_at
     from seqdsl.passes.resolve import load
 
     if not config.spec:
         raise SeqError("no spec to train", hint="seqdsl train SPEC.seq (or `spec = ...` in the config)")
-    resized = model_at(load(config.spec).program, config.model, config.preset)
+    written = load(config.spec).program
+    # windows and chunks scale to the context trained at (seq_len), not the preset's
+    resized = model_at(written, config.model, config.preset, context=config.seq_len,
+                       keep_absolute=config.keep_absolute)
     program, spec = resized.program, resized.model
     seq_len = config.seq_len or spec.context
     spec = spec.model_copy(update={"vocab": vocab, "context": seq_len})
     used = tuple(dict.fromkeys(spec.mixer))
     trained = nodes.Program(mixers=tuple(program.mixer(m) for m in used), models=(spec,),
                             own=used + (spec.name,))
-    return ResolvedModel(trained, spec, format_program(trained))
+    report = resize_report(written, resized, built=spec.model_copy(update={"vocab": resized.model.vocab}))
+    return ResolvedModel(trained, spec, format_program(trained), tuple(report))
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,50 @@ class RunData:
     @property
     def ood_domains(self) -> list[str]:
         return [d for d in self.eval_domains if d not in self.train_domains]
+
+    @property
+    def cached_domains(self) -> list[str]:
+        """The domains the token cache holds: the trained ones (evaluation reads only the few
+        held-out documents it needs, straight from the source)."""
+        return sorted(self.train_domains)
+
+    def token_cache(self, tokenizer, *, show_progress: bool, say=print):
+        """The corpus's verified token cache (seqdsl/data/tokencache.py), built on first use with
+        a progress bar; None for a source that is not cached (a hub stream)."""
+        from seqdsl.data.tokencache import open_cache
+
+        if not self.config.token_cache:
+            return None
+        bar = None
+
+        def progress(docs: int, n_bytes: int) -> None:
+            nonlocal bar
+            if bar is None and show_progress:
+                from tqdm import tqdm
+
+                bar = tqdm(desc="tokenizing", unit="B", unit_scale=True, dynamic_ncols=True, file=sys.stderr)
+            if bar is not None:
+                bar.update(n_bytes)
+
+        try:
+            return open_cache(self.source, tokenizer, self.cached_domains, self.config.heldout, say=say,
+                              note=say if show_progress else (lambda line: None), progress=progress)
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def training_stream(self, tokenizer, seq_len: int, cursor: Cursor, *, show_progress: bool, say=print):
+        """The packed training stream: from the token cache when the source is cached, else
+        tokenized on the fly (the same stream and cursor either way)."""
+        cache = self.token_cache(tokenizer, show_progress=show_progress, say=say)
+        if cache is not None:
+            from seqdsl.data.tokencache import CachedSequences
+
+            return CachedSequences(cache, self.train_domains, seq_len, cursor)
+        if show_progress:
+            say(f"data: {self.source.describe()} is tokenized on the fly (not cached)")
+        return PackedSequences(lambda: self.source.documents(self.train_domains), tokenizer.encode,
+                               tokenizer.eos_id, seq_len, self.config.heldout, cursor)
 
     def heldout_sets(self, tokenizer) -> dict[str, EvalSet]:
         """The held-out evaluation set of every evaluated domain (seqdsl/data/heldout.py)."""
@@ -102,6 +156,10 @@ LAYOUT_KEYS = ("processes", "micro_batch", "accumulation", "parallel")
 
 def config_digest(resolved: dict) -> str:
     """What must match for `--resume` to continue the same run (exactly at the same layout)."""
-    ignored = ("out", "device_name", "torch_version", "seqdsl_version") + LAYOUT_KEYS
+    # keep_absolute acts through the spec it resolves to, which spec_digest covers: a run from
+    # before the key existed resumes when its spec is unchanged
+    ignored = ("out", "device_name", "torch_version", "seqdsl_version", "keep_absolute") + LAYOUT_KEYS
     keep = {k: v for k, v in resolved.items() if k not in ignored}
+    if isinstance(keep.get("data"), dict):  # the token cache changes how the stream is read, not what it is
+        keep["data"] = {k: v for k, v in keep["data"].items() if k != "token_cache"}
     return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]

@@ -80,17 +80,37 @@ class CausalLoss(nn.Module):
         return head_loss(body(inputs), targets)
 
 
+def allocate_grads(params: Iterable[Tensor]) -> None:
+    """Give every trainable parameter a zeroed `.grad` it keeps for the whole run.
+
+    Under CUDA graphs (`cuda_graphs = true`) the backward's gradients are outputs of a graph,
+    living in its memory pool. Autograd installs an incoming gradient as `.grad` itself when the
+    parameter has none (it "steals" the tensor); the next micro batch's replay then overwrites
+    that memory, and the step dies with "accessing tensor output of CUDAGraphs that has been
+    overwritten" or, worse, accumulates into it. With `.grad` allocated beforehand, autograd adds
+    every micro batch's gradient into it in place, in ordinary memory, and nothing of a graph's
+    pool outlives its replay. `apply_update(..., keep_grads=True)` zeroes instead of dropping."""
+    for p in params:
+        if p.requires_grad and p.grad is None:
+            p.grad = torch.zeros_like(p)
+
+
 def training_step(loss_fn: nn.Module, params: Iterable[Tensor], rows: Tensor, micro: int, *,
                   autocast_dtype: torch.dtype | None, clip: float,
-                  micro_batch: Callable[[bool], AbstractContextManager] | None = None) -> Tensor:
+                  micro_batch: Callable[[bool], AbstractContextManager] | None = None,
+                  keep_grads: bool = False) -> Tensor:
     """Forward and backward of `rows` (M * A, T + 1) on the device, in A micro batches of M, then
     gradient clipping to norm `clip`. The gradients are those of the mean loss over the rows.
     Returns (mean loss, gradient norm before clipping) as a device tensor of 2, unread.
     `micro_batch(last)` (seqdsl/train/distributed.py: Parallel.micro_batch) is entered around each
     micro batch's forward and backward; a data-parallel layout uses it to reduce the gradients only
-    after the last one."""
+    after the last one. `keep_grads` (set with CUDA graphs): gradients accumulate into `.grad`
+    tensors allocated before the first backward (see `allocate_grads`)."""
     if rows.shape[0] % micro:
         raise ValueError(f"{rows.shape[0]} rows do not split into micro batches of {micro}")
+    params = list(params)
+    if keep_grads:
+        allocate_grads(params)
     accum = rows.shape[0] // micro
     total = torch.zeros((), device=rows.device)
     for k in range(accum):
@@ -107,7 +127,8 @@ def training_step(loss_fn: nn.Module, params: Iterable[Tensor], rows: Tensor, mi
     return torch.stack([total / accum, grad_norm.to(total.dtype)])
 
 
-def apply_update(optimizer: torch.optim.Optimizer) -> None:
-    """The optimizer step, and the gradients dropped (not zeroed: no memset, less memory)."""
+def apply_update(optimizer: torch.optim.Optimizer, *, keep_grads: bool = False) -> None:
+    """The optimizer step, then the gradients dropped (no memset, less memory), or zeroed in
+    place with `keep_grads` (CUDA graphs: see `allocate_grads`)."""
     optimizer.step()
-    optimizer.zero_grad(set_to_none=True)
+    optimizer.zero_grad(set_to_none=not keep_grads)

@@ -200,3 +200,32 @@ def test_explain_list(capsys):
     assert code == 0
     lines = out.strip().splitlines()
     assert len(lines) == len(RULES) and lines[0].startswith("V001  finite-window")
+
+
+def test_summary_format_is_one_line_per_spec(capsys, bad):
+    """Issue 20.9: the README's set-up command, `check specs/`, printed 530 lines; `--format
+    summary` prints a line per spec (verdict and the codes behind it) and the totals, with the
+    same exit code as the full text. Unreadable specs keep their error on stderr."""
+    specs = sorted(SPECS.glob("*.seq"))
+    code, out, err = run(["check", "--format", "summary", str(SPECS)], capsys)
+    full_code, full_out, _ = run(["check", str(SPECS)], capsys)
+    lines = out.splitlines()
+    assert code == full_code == 1 and err == ""
+    assert len(lines) == len(specs) + 2 and lines[-2] == ""
+    assert lines[-1] == full_out.splitlines()[-1]  # the same totals line
+    assert [line.split(":")[0] for line in lines[:-2]] == [str(p) for p in specs]
+    shown = dict(line.split(": ", 1) for line in lines[:-2])
+    assert shown[str(SPECS / "window_256.seq")] == "fail (V001)"
+    assert shown[str(SPECS / "transformer.seq")] == "pass"
+    assert shown[str(SPECS / "temperature_2.seq")] == "degraded (N002)"
+    # every verdict the full text gives, the summary gives
+    for spec in specs:
+        assert f"\n{spec}: {shown[str(spec)].split(' ')[0]}\n" in "\n" + full_out
+    code, out, err = run(["check", "--format", "summary", str(bad), str(SPECS / "transformer.seq")], capsys)
+    assert code == 2 and out.splitlines()[:2] == [f"{bad}: unreadable", f"{SPECS / 'transformer.seq'}: pass"]
+    assert "sofmax" in err
+
+
+def test_readme_setup_command_prints_the_summary():
+    readme = (SPECS.parent / "README.md").read_text()
+    assert "seqdsl check specs/ --format summary --exit-zero" in readme

@@ -164,7 +164,8 @@ def test_conflicting_choices(body, fragment):
 
 def test_backend_warnings_do_not_degrade():
     report = check("    head_dim = 96\n    select = top(1, over=chunk(100))")
-    assert codes(report) == {"W002", "W003", "W004"} and report.verdict == "pass"
+    # M004: no preset can halve 96 into tiny's or 1.3b's width, a warning that does not degrade either
+    assert codes(report) == {"W002", "W003", "W004", "M004"} and report.verdict == "pass"
     assert only(report, "W004").severity == "info"
     assert "reference (PyTorch) path" in only(report, "W002").message
 
@@ -256,3 +257,65 @@ def test_checker_is_total_on_valid_specs(text):
         assert d.span is not None and d.span.file == "t.seq" and d.message and d.fix
     errors = any(d.severity == "error" and d.pillar != "M" for d in report.diagnostics)
     assert (report.mixers["m"] == "fail") == errors
+
+
+# --- issue 20.9: W003's caret and fix; dense attention in disguise ---------------------------------
+
+
+def test_no_fast_path_points_at_what_rules_the_backend_out():
+    """W003 used to point at `head_dim = 64` and suggest `head_dim = 64` whatever the cause; for
+    top-2 the cause is k, and the fix is k = 1."""
+    report = check("    head_dim = 64\n    select = top(2)")
+    d = only(report, "W003")
+    assert "top-2" in d.message
+    assert (d.span.line, d.span.column, d.span.end_column) == (3, 18, 19)  # the `2` of top(2)
+    assert d.fix.startswith("`top(1, ...)`") and "head_dim" not in d.fix
+    # a width the kernels do not take: the caret on head_dim, the fix a width they take
+    d = only(check("    head_dim = 96\n    select = top(1)"), "W003")
+    assert (d.span.line, d.span.column) == (2, 5) and "key width 96" in d.message
+    assert "`head_dim = 64`" in d.fix
+    # an lse chunk score: the caret on `score`
+    d = only(check("    select = top(1, over=chunk(128), score=lse)"), "W003")
+    assert d.span.line_text[d.span.column - 1:d.span.end_column - 1] == "lse" and "score = max" in d.fix
+
+
+@pytest.mark.parametrize("body, reason, caret", [
+    ("    visibility = window(4096)", "window(4096) covers the 2048-token context", "4096"),
+    ("    select = top(1, over=chunk(4096))", "chunk(4096) covers the 2048-token context", "4096"),
+    ("    select = top(2048)", "top(2048) keeps every key of the 2048-token context", "2048"),
+    # k chunks plus the local one span the context: 15 x 128 earlier + the own chunk = 2048
+    ("    select = top(15, over=chunk(128))", "top(15, over=chunk(128)) selects every chunk", "15"),
+])
+def test_a_restriction_covering_the_context_is_dense_attention(body, reason, caret):
+    """Issue 20.9: window(4096) at a 2048 context was planned on sdpa.mask and chunk(4096) on the
+    reference, with W002/W003 speed warnings; both are causal softmax attention. W006 says so
+    (an info), and the speed warnings, which the planner no longer meets, are gone."""
+    report = check(body)
+    assert codes(report) == {"W006"} and report.verdict == "pass"
+    d = only(report, "W006")
+    assert d.severity == "info" and reason in d.message and "SDPA" in d.message
+    assert d.span.line_text[d.span.column - 1:d.span.end_column - 1] == caret
+
+
+def test_a_restriction_one_token_short_of_the_context_is_not_dense():
+    """The boundaries, by hand: a window of 2047 hides token 0 from token 2047; top-2047 drops
+    one of 2048 keys; 14 earlier chunks of 128 + the own one reach 1920 tokens, not 2048."""
+    assert "W006" not in codes(check("    visibility = window(2047)"))
+    assert "W006" not in codes(check("    select = top(2047)"))
+    assert "W006" not in codes(check("    select = top(14, over=chunk(128))"))
+    # without `local` the own chunk is a candidate too: 16 chunks of 128 need k = 16
+    assert "W006" not in codes(check("    select = top(15, over=chunk(128), local=false)"))
+    assert "W006" in codes(check("    select = top(16, over=chunk(128), local=false)"))
+
+
+def test_a_model_no_preset_can_resize_is_told_at_check_time():
+    """Issue 20.2: a head_dim-96 DeltaNet (8 heads at 768) cannot be resized to tiny (128 wide)
+    or 1.3b (2048): no halving of 96 divides either. `check` said nothing; M004 says it, at the
+    head_dim, without changing the verdict."""
+    report = check("    head_dim = 96\n    relation = dot(qk_norm=true)\n    weights = linear\n    update = delta")
+    found = [d for d in report.diagnostics if d.code == "M004"]
+    assert [d.message.split(":")[0] for d in found] == ["preset tiny", "preset 1.3b"]
+    assert all(d.severity == "warning" and (d.span.line, d.span.column) == (2, 5) for d in found)
+    assert "no halving of head_dim 96 divides 128" in found[0].message
+    assert report.verdict == "fail" and report.models == {"lm": "fail"}  # V004/N001, as before
+    assert "M004" not in codes(check("    head_dim = 64\n    weights = linear"))

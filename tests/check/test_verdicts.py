@@ -27,7 +27,7 @@ STATE = {"V003", "V004", "N001"}
 EXPECTED: dict[str, tuple[str, set[str]]] = {
     # pass: all three pillars
     "transformer": ("pass", set()),
-    "window_2048": ("pass", set()),
+    "window_2048": ("pass", {"W006"}),  # an info: the window covers the context (dense attention)
     "temperature_0_5": ("pass", set()),
     "top1_element": ("pass", set()),
     "top1_chunk_exact": ("pass", set()),

@@ -2,8 +2,8 @@
 
 The cases are enumerated from the IR itself (every primitive class of every mixer slot, and every
 value of every `Literal` parameter of those classes), so a new primitive or a new literal value
-is picked up here without editing this file. For each case, in a softmax and a linear-weights
-host mixer:
+is picked up here without editing this file. For each case, in a softmax host mixer and two
+linear-weights ones (features that keep the key width, and taylor's, which widens it):
 
 - either `seqdsl.ir.conflicts` lists it with a reason (and the lowering refuses to build it),
 - or it is handled everywhere: the kernel key is computed, every backend's support table
@@ -67,6 +67,9 @@ HOSTS = {
     "softmax": nodes.Mixer(name="m", heads=2, head_dim=16),
     "linear": nodes.Mixer(name="m", heads=2, head_dim=16, weights=nodes.Linear(),
                           relation=nodes.Dot(feature="elu1")),
+    # taylor features widen the keys to 1 + d + d^2 channels: what is sized per key channel breaks
+    "taylor": nodes.Mixer(name="m", heads=2, head_dim=4, weights=nodes.Linear(),
+                          relation=nodes.Dot(feature="taylor")),
 }
 
 CASES = [

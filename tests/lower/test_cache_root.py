@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from seqdsl import cache_root
+from seqdsl.data import tokencache
 from seqdsl.kernels import cache as kernel_cache
 from seqdsl.lower import verdicts
 
@@ -17,7 +18,7 @@ BUILD_SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "build_mamba
 
 
 def _places() -> dict[str, Path]:
-    return {"kernels": kernel_cache.cache_dir(), "selfcheck": verdicts.cache_dir(),
+    return {"kernels": kernel_cache.cache_dir(), "selfcheck": verdicts.cache_dir(), "tokens": tokencache.default_root(),
             "mamba-wheels": runpy.run_path(str(BUILD_SCRIPT), run_name="build_mamba_ssm")["cache_root"](None)}
 
 

@@ -52,3 +52,17 @@ def test_a_spec_the_lowering_cannot_build_exits_2(tmp_path, capsys):
     spec.write_text("mixer a { select = top(1) weights = linear }\n")
     code, _, err = _run(capsys, str(spec))
     assert code == 2 and "cannot be lowered" in err and "W001" in err
+
+
+def test_lower_says_when_a_window_or_chunk_makes_attention_dense(tmp_path, capsys):
+    """Issue 20.9: window(4096) and chunk(4096) at a 2048 context are dense attention; `lower`
+    plans them on SDPA with is_causal and says why."""
+    spec = tmp_path / "wide.seq"
+    spec.write_text('import "' + str(SPECS_DIR / "transformer.seq") + '"\n'
+                    "mixer wide_window extends transformer { visibility = window(4096) }\n"
+                    "mixer wide_chunk extends transformer { select = top(1, over=chunk(4096)) }\n"
+                    "model wide_110m extends transformer_110m { mixer = [wide_window, wide_chunk] }\n")
+    code, out, _ = _run(capsys, str(spec), "--device", "cpu", "--no-tree")
+    assert code == 0
+    assert re.search(r"wide_window: sdpa\.causal \(dense: window\(4096\) covers the 2048-token context", out)
+    assert re.search(r"wide_chunk: sdpa\.causal \(dense: chunk\(4096\) covers the 2048-token context", out)

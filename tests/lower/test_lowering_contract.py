@@ -198,3 +198,20 @@ def test_every_buildable_mixer_runs_forward_and_backward(mixer):
     out[:, -1].square().sum().backward()
     assert torch.isfinite(x.grad).all(), f"non-finite input gradient for {mixer}"
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
+
+
+@pytest.mark.parametrize("scale", [-1.0, 0.0])
+def test_a_score_scale_at_most_zero_plans_the_explicit_mask_and_matches_the_reference(scale):
+    """SDPA's `is_causal` gives NaN rows for a scale <= 0 (its kernels mask before scaling); the
+    support table plans the explicit mask for it, which matches the float64 reference."""
+    mixer = seqdsl.loads(f"mixer m {{ heads = 2  head_dim = 16  relation = dot(scale = {scale}) }}").program.mixer("m")
+    torch.manual_seed(0)
+    module = MixerModule(mixer, 32)
+    reference = MixerModule(mixer, 32).double()
+    reference.load_state_dict(module.state_dict())
+    set_path(reference, "reference")
+    x = torch.randn(2, 24, 32, dtype=torch.float64)
+    out, _ = module(x.float())
+    assert module.paths.describe()["cpu"].path == "sdpa.mask"
+    want, _ = reference(x)
+    assert ((out.double() - want).norm() / want.norm()).item() < 1e-5

@@ -4,9 +4,13 @@ runtimes are replaced by stand-ins where a GPU kernel would run."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
+import seqdsl
+from seqdsl.ir.key import dense_at, kernel_key
 from seqdsl.lower import mamba_paths, paths
+from seqdsl.lower.lm import build_lm
 from seqdsl.lower.paths import PathChooser, Plan, RecurrentInputs
 from seqdsl.reference.recurrent import recurrent_ref
 from tests.ir.test_support import _library_key
@@ -68,3 +72,118 @@ def test_the_mamba_runtime_refuses_only_for_a_missing_mamba_ssm(monkeypatch):
     assert paths._RUNTIMES["mamba"].known_refusal(key, "mamba.ssd") == "mamba-ssm is not importable here (test)"
     monkeypatch.setattr(mamba_paths, "importable", lambda: "")
     assert paths._RUNTIMES["mamba"].known_refusal(key, "mamba.ssd") == ""
+
+
+# --- issue 20.9: a restriction that covers the context is planned as dense attention -----------------
+
+
+def _lm(slots: str, context: int, seed: int = 0):
+    text = (f"mixer a {{ heads = 2  head_dim = 16  position = rope  {slots} }}\n"
+            f"model m {{ layers = 1  d_model = 32  vocab = 16  context = {context}  mixer = a }}\n")
+    torch.manual_seed(seed)
+    return build_lm(seqdsl.loads(text).program, "m").double()
+
+
+@pytest.mark.parametrize("slots, reason", [
+    ("visibility = window(4096)", "dense: window(4096) covers the 2048-token context: softmax attention, "
+                                  "is_causal (past 4096 tokens: an explicit mask)"),
+    ("select = top(1, over=chunk(4096))", "dense: chunk(4096) covers the 2048-token context: softmax attention, "
+                                          "is_causal (past 8192 tokens: the reference top-k)"),
+    ("select = top(2048)", "dense: top(2048) keeps every key of the 2048-token context: softmax attention, "
+                           "is_causal (past 2048 tokens: the reference top-k)"),
+])
+def test_a_restriction_covering_the_context_is_planned_as_dense_attention(slots, reason):
+    """window(4096) at a 2048 context was planned on sdpa.mask, chunk(4096) and top(2048) on the
+    reference; each is causal attention within the context, and the plan says why."""
+    with torch.device("meta"):
+        lm = _lm(slots, 2048)
+    ((_, _, path, why),) = lm.describe_paths("cpu")
+    assert (path, why) == ("sdpa.causal", reason)
+    assert lm.blocks[0].mixer.paths.plan("cuda").reason.startswith(reason.split(": softmax")[0])
+
+
+def test_the_dense_fact_stops_one_token_past_the_restrictions_reach():
+    """By hand: top(1, over=chunk(8)) with the local chunk attends every key while a query has at
+    most one earlier chunk, i.e. for sequences of up to 16 tokens; window(16) up to 16."""
+    def key(slots):
+        return _lm(slots, 16).blocks[0].mixer.key
+
+    assert dense_at(key("select = top(1, over=chunk(8))"), 16).upto == 16
+    assert dense_at(key("select = top(1, over=chunk(8))"), 17) is None
+    assert dense_at(key("select = top(2, over=chunk(8), local=false)"), 16).upto == 16
+    assert dense_at(key("select = top(1, over=chunk(8), local=false)"), 16) is None
+    assert dense_at(key("visibility = window(16)"), 16).upto == 16
+    assert dense_at(key("visibility = window(15)"), 16) is None
+    assert dense_at(key("visibility = full"), 16) is None  # plain attention: nothing to say
+    recurrent = kernel_key(seqdsl.loads("mixer r { weights = linear }").program.mixer("r"), 64)
+    assert dense_at(recurrent, 16) is None
+
+
+@pytest.mark.parametrize("slots", ["select = top(1, over=chunk(8))", "select = top(2, over=chunk(8), local=false)",
+                                   "select = top(12)", "visibility = window(12)"])
+def test_the_dense_reach_is_where_the_oracle_stops_being_full_attention(slots):
+    """The fact against the oracle: with the same weights, the forced reference of the mixer
+    equals the forced reference of full attention on `upto` tokens and differs on upto + 1
+    (the last query then loses a key)."""
+    sel, full = _lm(slots, 8), _lm("visibility = full", 8)
+    upto = dense_at(sel.blocks[0].mixer.key, 8).upto
+    full.load_state_dict(sel.state_dict())
+    paths.set_path(sel, "reference")
+    paths.set_path(full, "reference")
+    tokens = torch.randint(0, 16, (2, upto + 1), generator=torch.Generator().manual_seed(1))
+    a, b = sel(tokens[:, :upto])[0], full(tokens[:, :upto])[0]
+    assert torch.allclose(a, b, rtol=0, atol=1e-12)
+    a, b = sel(tokens)[0], full(tokens)[0]
+    assert not torch.allclose(a[:, upto], b[:, upto], atol=1e-6)
+
+
+class _Spy:
+    def __init__(self, monkeypatch):
+        self.calls = []
+        sdpa, ref = paths._sdpa, paths._attention_reference
+
+        def spy_sdpa(key, m, path):
+            self.calls.append(("sdpa", key.family, key.visibility, path))
+            return sdpa(key, m, path)
+
+        def spy_ref(key, m):
+            self.calls.append(("reference", key.family, key.visibility, None))
+            return ref(key, m)
+
+        monkeypatch.setattr(paths, "_sdpa", spy_sdpa)
+        monkeypatch.setattr(paths, "_attention_reference", spy_ref)
+
+
+def _forward_backward(lm, tokens):
+    lm.zero_grad()
+    out = lm(tokens)[0]
+    out.square().sum().backward()
+    return out.detach(), {n: p.grad.clone() for n, p in lm.named_parameters()}
+
+
+@pytest.mark.parametrize("slots, past", [
+    ("visibility = window(16)", ("sdpa", "softmax", "window", "sdpa.mask")),
+    ("visibility = chunk_local(16)", ("sdpa", "softmax", "chunk_local", "sdpa.mask")),
+    ("select = top(16)", ("reference", "select", "full", None)),
+    ("select = top(1, over=chunk(8))", ("reference", "select", "full", None)),
+    ("select = top(2, over=chunk(8), local=false)", ("reference", "select", "full", None)),
+    ("select = top(16, grad=none)", ("reference", "select", "full", None)),
+])
+def test_dense_plans_run_sdpa_within_reach_and_the_restriction_past_it(slots, past, monkeypatch):
+    """At a 16-token context each mixer runs SDPA with is_causal on 16 tokens, with the forced
+    reference's outputs and every parameter gradient (float64); on 24 tokens, past its reach,
+    the window is masked and the selection runs its reference, again as the forced reference."""
+    spy = _Spy(monkeypatch)
+    lm = _lm(slots, 16)
+    g = torch.Generator().manual_seed(2)
+    for T, expected in ((16, ("sdpa", "softmax", "full", "sdpa.causal")), (24, past)):
+        tokens = torch.randint(0, 16, (2, T), generator=g)
+        spy.calls.clear()
+        out, grads = _forward_backward(lm, tokens)
+        assert set(spy.calls) == {expected}, spy.calls
+        paths.set_path(lm, "reference")
+        ref_out, ref_grads = _forward_backward(lm, tokens)
+        paths.set_path(lm, None)
+        assert torch.allclose(out, ref_out, rtol=0, atol=1e-10)
+        for name, grad in grads.items():
+            assert torch.allclose(grad, ref_grads[name], rtol=1e-9, atol=1e-10), (T, name)

@@ -6,8 +6,10 @@ fast tests against it. Every mutant must be caught (some test must fail).
     .venv/bin/python tests/mutants/run.py --only o_equals_v_softmax ste_off
 
 Prints a table (mutant, caught?, first failing test, seconds) and exits 1 if a mutant survives
-or the unmutated copy fails. The bugs are those of issue 11's table. Not collected by pytest
-(the file name does not start with test_).
+or the unmutated copy fails. The bugs are those of issue 11's table, then issues 21 and 22's (data,
+evaluation, accounting, parameters). Each mutant names the tests that catch it; the copy imports
+every seqdsl package from itself (asserted per run). Not collected by pytest (the file name does
+not start with test_).
 """
 
 from __future__ import annotations
@@ -34,7 +36,12 @@ class Mutant:
     old: str
     new: str
     count: int = 1  # how many occurrences of `old` the mutant replaces (all of them)
+    tests: tuple[str, ...] = ("tests/lower",)  # where the fast suite catches it (--tests overrides)
 
+
+# compare (issue 21): defaults, levels, flags, the in-domain table, the plot's legend
+C, P, M, CLI = "seqdsl/eval/compare.py", "seqdsl/eval/plot.py", "seqdsl/eval/metrics.py", "seqdsl/cli/compare.py"
+EVAL = ("tests/eval",)
 
 MUTANTS = (
     Mutant("causal_mask_sees_next", "causal mask lets position i see i+1 (visibility_mask)",
@@ -60,13 +67,90 @@ MUTANTS = (
            'T, window=key.window + 1 if key.visibility == "window" else None,'),
     Mutant("ste_off", "straight-through gradients turned off in the lowering (element and chunk)",
            "seqdsl/lower/paths.py", "grad=sel.grad", 'grad="none"', count=2),
+    Mutant('compare_levels_from_baseline_only', "default levels from the first (baseline) run's range only", C,
+           'tables = [ps for c in curves for kind in (c.domains, c.in_domain)',
+           'tables = [ps for c in curves[:1] for kind in (c.domains, c.in_domain)', tests=EVAL),
+    Mutant('compare_levels_in_first_interval', 'default levels over whole runs, first evaluation interval included', C,
+           'lo, hi = _shared_range([ps[1:] for ps in tables])',
+           'lo, hi = _shared_range(tables)', tests=EVAL),
+    Mutant('compare_levels_union_of_ranges', 'the range any run covers instead of every run', C,
+           '    return (max(min(p.train_loss for p in ps) for ps in tables),\n            min(max(',
+           '    return (min(min(p.train_loss for p in ps) for ps in tables),\n            max(max(', tests=EVAL),
+    Mutant('compare_extrapolates_below', "a level below a run's lowest training loss is extrapolated", C,
+           '        return Cell(None, NOT_REACHED)\n',
+           '        return Cell(points[-1].ood + (level - points[-1].train_loss) * (points[-1].ood - points[-2].ood) / (points[-1].train_loss - points[-2].train_loss), REACHED)\n', tests=EVAL),
+    Mutant('compare_extrapolates_above', "a level above a run's first training loss takes the first value", C,
+           '    return Cell(None, BELOW_AT_FIRST)\n',
+           '    return Cell(points[0].ood, REACHED)\n', tests=EVAL),
+    Mutant('compare_baseline_last_run', 'the default baseline is the last run, not the first', C,
+           'base = names[0] if baseline is None else baseline',
+           'base = names[-1] if baseline is None else baseline', tests=EVAL),
+    Mutant('compare_early_flag_off_by_one', 'EARLY flags the second interval instead of the first', C,
+           '((EARLY, i == 0),',
+           '((EARLY, i == 1),', tests=EVAL),
+    Mutant('compare_sparse_flag_whole_span', 'SPARSE only when the interval is the whole range', C,
+           'width > SPARSE_FRACTION * span',
+           'width >= span', tests=EVAL),
+    Mutant('compare_in_domain_row_reads_ood', 'the in-domain table is filled from the OOD evaluations', C,
+           'in_domain = _table(curves, lambda c: c.in_domain, chosen, base)',
+           'in_domain = _table(curves, lambda c: c.domains, chosen, base)', tests=EVAL),
+    Mutant('compare_window_one_record', 'the default training-loss window is one record', C,
+           'DEFAULT_WINDOW = 10\n',
+           'DEFAULT_WINDOW = 1\n', tests=EVAL),
+    Mutant('compare_warning_levels_repeated', 'a warning repeats a level once per domain it flags', C,
+           '                if level not in grouped.setdefault(key, []):\n                    grouped[key].append(level)',
+           '                grouped.setdefault(key, []).append(level)', tests=EVAL),
+    Mutant('compare_plot_levels_unlabelled', 'the dotted level lines have no legend entry', P,
+           'label=level_legend(cmp) if k == 0 else "_nolegend_")',
+           'label="_nolegend_")', tests=EVAL),
+    Mutant('compare_label_ignores_model_name', "the model column reads config.json's model (null) only", M,
+           'model = config.get("model_name") or config.get("model")',
+           'model = config.get("model")', tests=EVAL),
+    Mutant('compare_cli_no_warning', 'the CLI prints no warning for flagged values', CLI,
+           '    if flagged:\n',
+           '    if flagged and False:\n', tests=EVAL),
+    # the token cache and CUDA-graph gradients (issue 22)
+    Mutant("tokencache_heldout_leak", "the cached training stream keeps held-out documents",
+           "seqdsl/data/tokencache.py", "(is_held if held_out else ~is_held)", "(is_held if held_out else is_held | ~is_held)",
+           tests=("tests/data",)),
+    Mutant("tokencache_no_checksum", "a cache whose bytes changed is used without rebuilding",
+           "seqdsl/data/tokencache.py", "if file_sha256(file) != meta[\"sha256\"][name]:", "if False:",
+           tests=("tests/data",)),
+    Mutant("cuda_graph_grads_not_allocated", "with CUDA graphs, a backward output is installed as .grad",
+           "seqdsl/train/step.py", "            p.grad = torch.zeros_like(p)\n", "            pass\n",
+           tests=("tests/train/test_step.py",)),
 )
+
+
+# Top-level folders shipped inside the package (pyproject.toml's package-dir): an editable install
+# maps `seqdsl.codegen` etc. to the *original* checkout through its import finder, which the copy's
+# PYTHONPATH does not override; links inside the copy's seqdsl/ make the copy's own folders win.
+SHIPPED = {"codegen": "codegen", "kernels": "kernels", "grammar": "grammar"}
 
 
 def copy_repo(dest: Path) -> None:
     ignore = shutil.ignore_patterns(".git", ".venv", "__pycache__", ".pytest_cache", ".hypothesis",
                                     "*.egg-info", "runs", "build", "dist")
     shutil.copytree(REPO, dest, ignore=ignore, symlinks=True)
+    for name, folder in SHIPPED.items():
+        (dest / "seqdsl" / name).symlink_to(Path("..") / folder, target_is_directory=True)
+
+
+# Printed by the copy's interpreter: where each package it will test was imported from.
+_WHERE = ("import importlib, os, sys\n"
+          "for name in sys.argv[1:]:\n"
+          "    print(name, os.path.realpath(importlib.import_module(name).__file__))\n")
+
+
+def assert_imports_from(root: Path, env: dict) -> None:
+    """Every seqdsl package the tests import resolves to the copy at `root`, not the checkout."""
+    names = ["seqdsl"] + [f"seqdsl.{n}" for n in SHIPPED]
+    check = subprocess.run([sys.executable, "-c", _WHERE, *names], cwd=root, env=env, capture_output=True, text=True)
+    real_root = os.path.realpath(root)
+    found = dict(line.split(" ", 1) for line in check.stdout.splitlines())
+    wrong = [f"{n} from {found.get(n, '?')}" for n in names if not found.get(n, "").startswith(real_root + os.sep)]
+    if wrong or check.returncode:
+        raise SystemExit(f"the copy at {root} does not import its own code: {'; '.join(wrong)} {check.stderr}")
 
 
 def plant(root: Path, mutant: Mutant) -> None:
@@ -81,11 +165,11 @@ def plant(root: Path, mutant: Mutant) -> None:
 
 def run_tests(root: Path, tests: list[str], marker: str) -> tuple[bool, str, float]:
     """(passed, first failing test, seconds) for the tests run inside the copy at `root`."""
-    env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1")
-    check = subprocess.run([sys.executable, "-c", "import seqdsl; print(seqdsl.__file__)"],
-                           cwd=root, env=env, capture_output=True, text=True)
-    if not check.stdout.strip().startswith(str(root)):
-        raise SystemExit(f"the copy's seqdsl is not the one imported: {check.stdout}{check.stderr}")
+    # a cache of its own per copy: a self-check verdict or a kernel cached by the clean copy must
+    # not stand in for the mutant's
+    env = dict(os.environ, PYTHONPATH=str(root), PYTHONDONTWRITEBYTECODE="1",
+               SEQDSL_CACHE_DIR=str(root / ".seqdsl-cache"))
+    assert_imports_from(root, env)
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-m", marker, "-p", "no:cacheprovider",
                            "-rf", *tests], cwd=root, env=env, capture_output=True, text=True)
@@ -98,7 +182,8 @@ def run_tests(root: Path, tests: list[str], marker: str) -> tuple[bool, str, flo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--tests", nargs="+", default=["tests/lower"], help="pytest paths (default tests/lower)")
+    parser.add_argument("--tests", nargs="+", help="pytest paths for every mutant (default: each mutant's own, "
+                                                    "e.g. tests/lower; `--tests tests` runs the whole fast suite)")
     parser.add_argument("--marker", default="not slow", help='pytest -m expression (default "not slow")')
     parser.add_argument("--only", nargs="+", help="mutant names to run (default all)")
     args = parser.parse_args(argv)
@@ -107,16 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="seqdsl-mutants-") as tmp:
         base = Path(tmp) / "clean"
         copy_repo(base)
-        ok, first, seconds = run_tests(base, args.tests, args.marker)
+        every = args.tests or sorted({t for m in chosen for t in m.tests})
+        ok, first, seconds = run_tests(base, every, args.marker)
         if not ok:
             print(f"the unmutated copy fails ({first}): fix the suite first")
             return 1
-        print(f"unmutated copy: {' '.join(args.tests)} -m {args.marker!r} passes ({seconds:.0f} s)\n")
+        print(f"unmutated copy: {' '.join(every)} -m {args.marker!r} passes ({seconds:.0f} s)\n")
         for mutant in chosen:
             root = Path(tmp) / mutant.name
             copy_repo(root)
             plant(root, mutant)
-            passed, first, seconds = run_tests(root, args.tests, args.marker)
+            passed, first, seconds = run_tests(root, args.tests or list(mutant.tests), args.marker)
             survivors += passed
             rows.append((mutant.name, "NOT CAUGHT" if passed else "caught", first, f"{seconds:.0f}"))
             shutil.rmtree(root)

@@ -105,3 +105,28 @@ def test_rng_state_round_trips(tmp_path):
     torch.manual_seed(99)
     checkpoint.set_rng_state(state)
     assert torch.equal(torch.rand(4), expected)
+
+
+def _flip_a_weight_byte(ckpt: Path) -> None:
+    data = bytearray((ckpt / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (ckpt / "model.safetensors").write_bytes(bytes(data))
+
+
+def test_a_damaged_latest_falls_back_to_the_newest_intact_checkpoint(tmp_path):
+    root = tmp_path / "checkpoints"
+    model, opt = _model_and_optimizer()
+    for step in (1, 2, 3):
+        checkpoint.save(root, step, model, opt, {"cursor": step}, "spec", keep=3)
+    assert checkpoint.load_latest(root).passed_over is None
+    _flip_a_weight_byte(root / "step_00000003")
+    loaded = checkpoint.load_latest(root)
+    assert (loaded.path.name, loaded.state["cursor"]) == ("step_00000002", 2)
+    assert loaded.passed_over == f"checkpoint {root / 'step_00000003'} is damaged: model.safetensors does not match its hash"
+    (root / "step_00000002" / "state.json").write_text("{")
+    loaded = checkpoint.load_latest(root)  # the newest intact one, however far back
+    assert loaded.path.name == "step_00000001" and "step_00000003 is damaged" in loaded.passed_over
+    _flip_a_weight_byte(root / "step_00000001")
+    with pytest.raises(checkpoint.CheckpointError, match="step_00000003 is damaged") as refused:
+        checkpoint.load_latest(root)
+    assert "no earlier checkpoint is intact" in refused.value.hint

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from seqdsl.errors import SeqError
-from seqdsl.train.config import load_config
+from seqdsl.train.config import DataConfig, load_config
 from seqdsl.train.setup import config_digest, resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,10 +32,10 @@ def test_overrides_then_flags(tmp_path):
 
 @pytest.mark.parametrize("overrides, message", [
     (["lr"], "bad --set"),
-    (["nonsense=1"], "bad run config: nonsense"),
-    (["data.heldout=2"], "bad run config: data.heldout"),
-    (["data.source=files"], "data.source = files needs data.files"),
-    (["parallel=zero3"], "bad run config: parallel"),
+    (["nonsense=1"], "--set nonsense=1: unknown config key `nonsense`"),
+    (["data.heldout=2"], "--set data.heldout=2: input should be less than 1"),
+    (["data.source=files"], "--set data.source=files: data.source = files needs data.files"),
+    (["parallel=zero3"], "--set parallel=zero3: input should be 'ddp' or 'fsdp'"),
 ])
 def test_config_mistakes_are_one_message(overrides, message):
     with pytest.raises(SeqError, match=message):
@@ -66,3 +66,101 @@ def test_resume_digest_ignores_how_the_batch_is_spread_but_not_what_is_trained()
     assert config_digest(spread) == config_digest(resolved)
     for key, value in (("lr", 0.2), ("batch", 32)):
         assert config_digest(dict(resolved, **{key: value})) != config_digest(resolved)
+
+
+def _refusal(*args, **flags) -> str:
+    with pytest.raises(SeqError) as refused:
+        load_config(*args, **flags)
+    return refused.value.render()
+
+
+RECIPE = '''\
+# a recipe with mistakes
+preset = "tiny"
+tokns = 1000
+warmpu = """
+lr = -5
+"""
+files = [
+  [1, 2],
+  [3]
+]
+lr = -1
+
+[data]
+heldot = 0.1
+'''
+
+
+def test_an_unknown_key_in_a_toml_file_names_the_file_line_and_closest_key(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text('# a recipe\npreset = "tiny"\ntokns = 1000\n\n[data]\nheldout = 0.1\n')
+    assert _refusal(str(path)) == (f"{path}:3:1: error: unknown config key `tokns`\n"
+                                   "   3 | tokns = 1000\n"
+                                   "       ^^^^^\n"
+                                   "  hint: did you mean `tokens`?")
+
+
+def test_several_mistakes_are_one_message_each_at_its_line(tmp_path):
+    path = tmp_path / "recipe.toml"
+    path.write_text(RECIPE)  # neither `lr = -5` in a multi-line string nor `[3]` in an array is TOML's
+    lines = _refusal(str(path)).splitlines()
+    assert lines[0] == f"{path}:3:1: error: unknown config key `tokns`: did you mean `tokens`?"
+    notes = [line for line in lines if ": note: " in line]
+    assert notes == [f"{path}:4:1: note: unknown config key `warmpu`: did you mean `warmup`?",
+                     f"{path}:7:1: note: unknown config key `files`: did you mean `data.files`?",
+                     f"{path}:11:1: note: `lr` = -1: input should be greater than 0",
+                     f"{path}:14:1: note: unknown config key `data.heldot`: did you mean `data.heldout`?"]
+
+
+@pytest.mark.parametrize("text, line, column, message, hint", [
+    ("tokens = 0\n", 1, 1, "`tokens` = 0: input should be greater than 0", None),
+    ("[data]\n  source = \"files\"\n", 2, 3, "data.source = files needs data.files", None),
+    ("heldout = 0.1\n", 1, 1, "unknown config key `heldout`", "did you mean `data.heldout`?"),
+    ("[data]\nlr = 0.1\n", 2, 1, "unknown config key `data.lr`", "did you mean `lr`?"),
+    ("[dta]\nheldout = 0.1\n", 1, 2, "unknown config key `dta`", "did you mean `data`?"),
+    ("data.heldout = 2\n", 1, 1, "`data.heldout` = 2: input should be less than 1", None),
+    ("data = { heldout = 0.1, shufle = true }\n", 1, 1, "unknown config key `data.shufle`",
+     "the keys of [data]: " + ", ".join(DataConfig.model_fields)),
+])
+def test_toml_mistakes_name_the_line_of_their_key(tmp_path, text, line, column, message, hint):
+    path = tmp_path / "run.toml"
+    path.write_text(text)
+    rendered = _refusal(str(path))
+    assert rendered.splitlines()[0] == f"{path}:{line}:{column}: error: {message}"
+    assert rendered.splitlines()[1] == f"{line:>4} | {text.splitlines()[line - 1]}"
+    assert (f"  hint: {hint}" in rendered) if hint else ("hint" not in rendered)
+
+
+def test_a_json_config_mistake_names_the_file_and_key(tmp_path):
+    path = tmp_path / "run.json"
+    path.write_text('{"lr": 0.1, "data": {"heldot": 0.1}}')
+    assert _refusal(str(path)) == (f"error: {path}: unknown config key `data.heldot`\n"
+                                   "  hint: did you mean `data.heldout`?")
+
+
+def test_command_line_mistakes_name_the_words_that_made_them(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text("lr = 0.1\nwarmup = 5\n")
+    # the --set that overrides the file's (good) value is what is named, not the file
+    assert _refusal(str(path), ["warmup=-1"]) == "error: --set warmup=-1: input should be greater than or equal to 0"
+    assert _refusal(None, ["data.heldot=0.1"]) == ("error: --set data.heldot=0.1: unknown config key `data.heldot`\n"
+                                                   "  hint: did you mean `data.heldout`?")
+    both = _refusal(str(path), ["warmup=-1"], lr=-1.0).splitlines()  # one message, the second as a note
+    assert sorted(line.partition(": ")[2] for line in both) == [
+        "--lr -1.0: input should be greater than 0", "--set warmup=-1: input should be greater than or equal to 0"]
+    assert [line.partition(": ")[0] for line in both] == ["error", "note"]
+    assert _refusal(None, ["cuda_graphs=true"], compile=False) == (
+        "error: --set cuda_graphs=true: cuda_graphs = true needs compile = true (the graphs are torch.compile's)")
+
+
+def test_the_cli_prints_a_config_mistake_as_one_message(tmp_path, capsys):
+    from seqdsl.cli.main import main
+
+    path = tmp_path / "run.toml"
+    path.write_text("preset = \"tiny\"\nwarmpu = 10\n")
+    assert main(["train", str(ROOT / "specs" / "transformer.seq"), "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (f"{path}:2:1: error: unknown config key `warmpu`\n"
+                                       "   2 | warmpu = 10\n"
+                                       "       ^^^^^^\n"
+                                       "  hint: did you mean `warmup`?\n")

@@ -1,5 +1,6 @@
 """Bad input and failures mid-run give one readable message (exit 2, no traceback) and lose
-nothing: a missing or corrupt data file, a damaged checkpoint, a NaN loss."""
+nothing: a missing or corrupt data file, a damaged checkpoint with no intact one before it, a NaN
+loss. (A damaged latest checkpoint with an intact one before it: tests/train/test_run_lines.py.)"""
 
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ def _trained(tmp_path) -> tuple[list[str], str]:
 def test_damaged_checkpoint_is_refused_with_one_message(tmp_path, capsys, damage):
     args, latest = _trained(tmp_path)
     ckpt = tmp_path / "run" / "checkpoints" / latest
+    for earlier in ckpt.parent.glob("step_*"):  # nothing intact to fall back to
+        if earlier != ckpt:
+            (earlier / "state.json").unlink()
     if damage == "flip_weights":
         data = bytearray((ckpt / "model.safetensors").read_bytes())
         data[-5] ^= 0xFF
@@ -61,7 +65,7 @@ def test_damaged_checkpoint_is_refused_with_one_message(tmp_path, capsys, damage
     capsys.readouterr()
     assert main(args + ["--resume", "--tokens", str(8 * 4 * 16)]) == 2
     err = _one_message(capsys)
-    assert f"checkpoint {ckpt} is damaged" in err
+    assert f"checkpoint {ckpt} is damaged" in err and "no earlier checkpoint is intact either" in err
 
 
 def test_resume_without_checkpoint_is_one_message(tmp_path, capsys):
@@ -96,7 +100,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]
-    assert [r for r in rows if r["kind"] == "event"] == [
+    assert [r for r in rows if r["kind"] == "event" and r["event"] != "first_step"] == [
         {"kind": "event", "step": 4, "event": "nan", "detail": "loss nan"}]
     # the kept checkpoint is good: the run resumes from it (the patched forward is gone)
     monkeypatch.setattr(step_module.CausalLoss, "forward", real)

@@ -1,0 +1,156 @@
+"""`seqdsl train` itself against its benchmark: the command a user runs, on real data, beside
+benchmarks/bench_train.py's synthetic-token step of the same shape, measured in the same call.
+
+    python benchmarks/bench_train_command.py --data DIR --tokenizer FILE.json \
+        [--specs transformer,top1_chunk_approx] [--steps 40] [--batch 64 --micro-batch 16] \
+        [--no-cuda-graphs] [--out FILE.json]
+
+For each spec: (1) bench_train.bench_spec, the step on random tokens (compile, CUDA graphs, the
+same batch and micro batch); (2) `seqdsl train SPEC` in a fresh process on the folders of DIR
+(`--train-domain` trained on, the others evaluated once at the end), with the same shape, for
+`--steps` optimizer steps. From the run's metrics.jsonl: the median tokens/s and data wait over
+the steps after the first quarter (compilation and warm-up), the time to first step (the
+`first_step` event: from the command's start, data, self-checks and compilation included) and the
+paths per layer (`seqdsl lower`'s plan, as the run's log prints it). MFU is against the bf16
+GEMM rate measured in this call. Prints a table and writes JSON (default
+benchmarks/results/bench_train_command_<device>_<date>.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_train import bench_spec  # noqa: E402
+from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
+from seqdsl.ir.flops import mfu  # noqa: E402
+from seqdsl.train.device import pick_device  # noqa: E402
+
+
+def _config(args, data_dirs: list[str], steps: int) -> str:
+    files = ", ".join(json.dumps(d) for d in data_dirs)
+    return f"""preset = "{args.preset}"
+tokens = {steps * args.batch * args.seq}
+batch = {args.batch}
+micro_batch = {args.micro_batch}
+seq_len = {args.seq}
+lr = 3e-4
+warmup = 10
+eval_every = 0
+checkpoint_every = 0
+log_every = 5
+compile = true
+cuda_graphs = {str(args.cuda_graphs).lower()}
+
+[data]
+source = "files"
+files = [{files}]
+train_domains = ["{args.train_domain}"]
+tokenizer = "{args.tokenizer}"
+heldout = 0.01
+eval_tokens = {args.eval_tokens}
+"""
+
+
+def run_command(spec: str, args, workdir: Path) -> dict:
+    """`seqdsl train` on the real data, in a fresh process; its figures from metrics.jsonl."""
+    data_dirs = sorted(str(p) for p in Path(args.data).iterdir() if p.is_dir() and p.name != "tokenizers")
+    config = workdir / f"{spec}.toml"
+    config.write_text(_config(args, data_dirs, args.steps))
+    out = workdir / f"run_{spec}"
+    t0 = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", "train", str(ROOT / "specs" / f"{spec}.seq"),
+                           "--config", str(config), "--out", str(out), "--quiet"],
+                          capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    wall = time.perf_counter() - t0
+    (workdir / f"{spec}.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
+        return {"error": f"seqdsl train exited {proc.returncode}: {tail[0]}"}
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if r["kind"] == "train"]
+    steady = train[len(train) // 4:]
+    step_s = [args.batch * args.seq / r["tokens_per_s"] for r in steady]
+    first = next(r for r in rows if r.get("event") == "first_step")
+    config_json = json.loads((out / "config.json").read_text())
+    return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
+            "data_wait_fraction": statistics.median(r["data_wait_s"] / s for r, s in zip(steady, step_s)),
+            "data_wait_s_max": max(r["data_wait_s"] for r in steady),
+            "time_to_first_step_s": first["seconds"], "wall_s": wall, "steps": len(train),
+            "model": config_json["model_name"], "final_loss": train[-1]["loss"],
+            "evals": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--data", required=True, help="a folder of domain folders (shards), e.g. a link to the corpus")
+    p.add_argument("--tokenizer", required=True, help="a tokenizer.json (GPT-NeoX-20B's)")
+    p.add_argument("--train-domain", default="web_blogs")
+    p.add_argument("--specs", default="transformer,top1_chunk_approx")
+    p.add_argument("--preset", default="110m")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--bench-steps", type=int, default=10)
+    p.add_argument("--eval-tokens", type=int, default=65_536)
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--workdir", default="/tmp/bench_train_command")
+    p.add_argument("--out", default=None)
+    args = p.parse_args(argv)
+    device = pick_device("auto")
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    gemm = measure_gemm_rate(device) if device.type == "cuda" else None
+    date = datetime.date.today().isoformat()
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / (
+        f"bench_train_command_{device_name.replace(' ', '_').lower()}_{date}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    print(f"device {device_name}; {args.preset}, seq {args.seq}, batch {args.batch} = {args.micro_batch} x "
+          f"{args.batch // args.micro_batch}, compile, CUDA graphs {args.cuda_graphs}; bf16 GEMM "
+          f"{gemm / 1e12:.0f} TFLOP/s" if gemm else f"device {device_name}", flush=True)
+    print(f"{'spec':<20} {'bench tok/s':>12} {'train tok/s':>12} {'ratio':>6} {'MFU':>6} {'wait':>6} "
+          f"{'1st step s':>10}", flush=True)
+    rows = []
+    for spec in args.specs.split(","):
+        row: dict = {"spec": spec}
+        try:
+            bench = bench_spec(spec, args.preset, args.seq, args.batch, args.bench_steps, 3, device, True,
+                               args.cuda_graphs, micro_batch=args.micro_batch)
+            row["bench"] = bench
+            torch.cuda.empty_cache()
+            row["train"] = run_command(spec, args, workdir)
+        except Exception as err:  # one failing spec must not hide the others' figures
+            row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
+        train, bench = row.get("train", {}), row.get("bench", {})
+        if "tokens_per_s" in train and "tokens_per_s" in bench:
+            row["ratio"] = train["tokens_per_s"] / bench["tokens_per_s"]
+            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], bench["flops_per_token"], gemm) if gemm else None
+            print(f"{spec:<20} {bench['tokens_per_s']:>12,.0f} {train['tokens_per_s']:>12,.0f} {row['ratio']:>6.2f} "
+                  f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "
+                  f"{train['time_to_first_step_s']:>10.1f}  {', '.join(bench['paths'])}", flush=True)
+        else:
+            print(f"{spec:<20} failed: {row.get('error') or train.get('error')}", flush=True)
+        rows.append(row)
+        out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
+                                   "gemm_bf16_flops": gemm, "args": vars(args), "rows": rows}, indent=2) + "\n")
+    print(f"wrote {out}")
+    return 0 if all("ratio" in r for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

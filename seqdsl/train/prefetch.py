@@ -1,0 +1,81 @@
+"""Training batches made ahead of the step that needs them, so the GPU never waits for the CPU.
+
+Shape legend: B global batch, R rows of it this process trains on (M * A), T seq_len.
+
+A background thread takes each global batch from the packed stream (B, T + 1), keeps this
+process's rows, pins them (on CUDA) and queues them with the stream's cursor *after* that batch;
+the training loop takes the next one, copies it to the device without blocking, and saves the
+cursor of the batch it last consumed (never of one merely prefetched), so a checkpoint resumes
+exactly. `wait_s` is how long the loop waited for a batch: the training log records it per step.
+An exception on the thread (a corrupt shard) is raised in the loop, at the batch it hit.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from seqdsl.data.packing import Cursor
+
+DEPTH = 2  # batches ready ahead: one being copied, one waiting
+
+
+@dataclass(frozen=True)
+class Batch:
+    rows: torch.Tensor  # (R, T + 1) int64 on the device
+    cursor: Cursor  # the stream's cursor after this batch: what a checkpoint saved now stores
+    wait_s: float  # seconds the training loop waited for it
+
+
+class Prefetcher:
+    def __init__(self, stream, batch: int, rows: slice, device: torch.device, *, depth: int = DEPTH):
+        self.stream, self.batch, self.rows, self.device = stream, batch, rows, device
+        self._queue: queue.Queue = queue.Queue(maxsize=depth)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._produce, name="seqdsl-prefetch", daemon=True)
+        self._thread.start()
+
+    def _produce(self) -> None:
+        try:
+            while not self._stop.is_set():
+                rows = self.stream.batch(self.batch)[self.rows]
+                if self.device.type == "cuda":
+                    rows = rows.pin_memory()
+                item = (rows, self.stream.cursor)
+                while not self._stop.is_set():
+                    try:
+                        self._queue.put(item, timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+        except BaseException as err:  # handed to the loop, raised there
+            self._queue.put(err)
+
+    def next(self) -> Batch:
+        t0 = time.perf_counter()
+        item = self._queue.get()
+        wait = time.perf_counter() - t0
+        if isinstance(item, BaseException):
+            self.close()
+            raise item
+        rows, cursor = item
+        return Batch(rows.to(self.device, non_blocking=True), cursor, wait)
+
+    def close(self) -> None:
+        self._stop.set()
+        while True:  # unblock a producer waiting on a full queue
+            try:
+                self._queue.get_nowait()
+            except queue.Empty:
+                break
+        self._thread.join(timeout=5)
+
+    def __enter__(self) -> Prefetcher:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

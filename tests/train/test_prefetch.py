@@ -1,0 +1,60 @@
+"""The prefetcher (seqdsl/train/prefetch.py): batches made on a thread are the stream's batches,
+in order, each with the cursor after it (what a checkpoint must save); a failure on the thread
+is raised in the loop; closing never hangs."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from seqdsl.data.documents import Document
+from seqdsl.data.packing import PackedSequences
+from seqdsl.data.tokenizer import ByteTokenizer
+from seqdsl.train.prefetch import Prefetcher
+
+DOCS = [Document("web", f"document {i} " + "ab" * (i % 5)) for i in range(30)]
+
+
+def _stream() -> PackedSequences:
+    tok = ByteTokenizer()
+    return PackedSequences(lambda: iter(DOCS), tok.encode, tok.eos_id, 8, 0.1)
+
+
+def test_prefetched_batches_and_cursors_are_the_streams_in_order():
+    direct = _stream()
+    expected = []
+    for _ in range(12):
+        rows = direct.batch(4)[1:3]  # this process's rows of each global batch
+        expected.append((rows.tolist(), direct.cursor))
+    with Prefetcher(_stream(), 4, slice(1, 3), torch.device("cpu")) as ahead:
+        got = [ahead.next() for _ in range(12)]
+    assert [(b.rows.tolist(), b.cursor) for b in got] == expected
+    assert all(b.wait_s >= 0 for b in got)
+
+
+class _Broken:
+    cursor = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def batch(self, n):
+        self.calls += 1
+        if self.calls == 3:
+            raise ValueError("shard 2 is truncated")
+        return torch.zeros(n, 9, dtype=torch.long)
+
+
+def test_an_error_on_the_thread_is_raised_in_the_loop_at_its_batch():
+    ahead = Prefetcher(_Broken(), 2, slice(None), torch.device("cpu"))
+    ahead.next()
+    ahead.next()
+    with pytest.raises(ValueError, match="truncated"):
+        ahead.next()
+
+
+def test_close_returns_with_a_full_queue():
+    ahead = Prefetcher(_stream(), 2, slice(None), torch.device("cpu"), depth=1)
+    ahead.next()
+    ahead.close()
+    assert not ahead._thread.is_alive()

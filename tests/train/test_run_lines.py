@@ -1,0 +1,175 @@
+"""What `seqdsl train` says when a run stops or resumes, and in what order it checks things: a
+Ctrl-C names the last checkpoint and the command that continues from it, a resumed run says from
+where, a damaged latest checkpoint is passed over for the previous intact one with one line, and
+a spec or checkpoint that refuses the run does so before any data is read."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import seqdsl.train.run
+from seqdsl.cli.main import main
+from seqdsl.train import checkpoint
+from seqdsl.train import step as step_module
+from tests.train.helpers import micro_run_args
+
+ROOT = Path(__file__).resolve().parents[2]
+STEPS = 8  # micro runs: a checkpoint every 2 steps, the newest 2 kept (tests/train/helpers.py)
+
+
+def train_records(run: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("time", "tokens_per_s", "data_wait_s")} for r in rows if r["kind"] == "train"]
+
+
+def ctrl_c_at_forward(monkeypatch, n: int) -> None:
+    """Raise KeyboardInterrupt (what Ctrl-C raises) in the n-th training forward, step n."""
+    real, calls = step_module.CausalLoss.forward, {"n": 0}
+
+    def forward(self, inputs, targets):
+        calls["n"] += 1
+        if calls["n"] == n:
+            raise KeyboardInterrupt
+        return real(self, inputs, targets)
+
+    monkeypatch.setattr(step_module.CausalLoss, "forward", forward)
+
+
+def test_ctrl_c_says_the_last_checkpoint_and_the_command_that_continues_the_run(tmp_path, capsys, monkeypatch):
+    args = micro_run_args(tmp_path, steps=STEPS)
+    stopped = tmp_path / "stopped"
+    ctrl_c_at_forward(monkeypatch, 7)
+    assert main(args + ["--out", str(stopped)]) == 130
+    err = capsys.readouterr().err
+    lines = err.splitlines()
+    assert len(lines) == 1 and "Traceback" not in err, err
+    said, _, command = lines[0].partition("; continue with: ")
+    assert said == f"interrupted; the last checkpoint of {stopped} is step 6 ({stopped / 'checkpoints' / 'step_00000006'})"
+    words = shlex.split(command)
+    assert words == ["seqdsl", *args, "--out", str(stopped), "--resume"]
+    monkeypatch.undo()
+    assert main(words[1:]) == 0  # the printed command continues the run (exactly: tests/train/test_resume.py)
+    assert [r["step"] for r in train_records(stopped)] == list(range(1, STEPS + 1))
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp_path, capsys, monkeypatch):
+    args = micro_run_args(tmp_path, steps=STEPS)
+    run = tmp_path / "run"
+    ctrl_c_at_forward(monkeypatch, 1)
+    assert main(args + ["--out", str(run)]) == 130
+    said, _, command = capsys.readouterr().err.strip().partition("; nothing to resume, start again with: ")
+    assert said == f"interrupted before the first checkpoint of {run}"
+    assert shlex.split(command) == ["seqdsl", *args, "--out", str(run)]  # no --resume: there is no checkpoint
+    monkeypatch.undo()
+    assert main(shlex.split(command)[1:]) == 0
+
+
+def test_a_resumed_run_says_from_where_first(tmp_path, capsys):
+    args = [a for a in micro_run_args(tmp_path, steps=STEPS) if a != "--quiet"]
+    run = tmp_path / "run"
+    assert main(args + ["--out", str(run), "--tokens", str(4 * 4 * 16)]) == 0  # 4 steps: checkpoints 2 and 4
+    capsys.readouterr()
+    # a longer run changes the config digest; resume the same one instead, after dropping its end
+    (run / "checkpoints" / "latest").write_text("step_00000002")
+    assert main(args + ["--out", str(run), "--tokens", str(4 * 4 * 16), "--resume"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0] == f"resuming {run} at step 2 of 4 from {run / 'checkpoints' / 'step_00000002'}"
+    assert sum(line.startswith("resuming") for line in lines) == 1
+
+
+def _flip_a_weight_byte(ckpt: Path) -> None:
+    data = bytearray((ckpt / "model.safetensors").read_bytes())
+    data[-1] ^= 0xFF
+    (ckpt / "model.safetensors").write_bytes(bytes(data))
+
+
+def test_a_damaged_latest_checkpoint_is_passed_over_with_one_line(tmp_path, capsys):
+    args = micro_run_args(tmp_path, steps=STEPS) + ["--out", str(tmp_path / "run")]
+    assert main(args) == 0
+    run = tmp_path / "run"
+    before = train_records(run)
+    latest, previous = run / "checkpoints" / "step_00000008", run / "checkpoints" / "step_00000006"
+    _flip_a_weight_byte(latest)
+    capsys.readouterr()
+    # `seqdsl eval` scores what it is pointed at: it refuses and names the intact checkpoint
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert f"checkpoint {latest} is damaged: model.safetensors does not match its hash" in err
+    assert f"hint: the previous checkpoint is intact: seqdsl eval {previous}" in err
+    # --resume falls back (even with --quiet), redoes steps 7-8 and rewrites the damaged checkpoint
+    assert main(args + ["--resume"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"warning: checkpoint {latest} is damaged: model.safetensors does not match its hash; "
+        f"resuming {run} at step 6 of 8 from the previous intact checkpoint, {previous}"]
+    assert train_records(run) == before
+    assert checkpoint.load_latest(run / "checkpoints").path == latest and checkpoint.verify(latest)
+
+
+class DataWasRead(Exception):
+    pass
+
+
+def _no_data(*args, **kwargs):
+    raise DataWasRead
+
+
+BAD_SPEC = "mixer a { select = top(1) weights = linear }\nmodel m { layers = 1 d_model = 16 vocab = 256 context = 16 mixer = a }\n"
+
+
+def test_the_spec_and_the_checkpoint_refuse_a_run_before_any_data_is_read(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(seqdsl.train.run, "resolve_data", _no_data)
+    args = micro_run_args(tmp_path, steps=STEPS)
+    with pytest.raises(DataWasRead):  # the patch does intercept the run's data
+        main(args + ["--out", str(tmp_path / "fresh")])
+    (tmp_path / "bad.seq").write_text(BAD_SPEC)
+    assert main([str(tmp_path / "bad.seq") if a.endswith("micro.seq") else a for a in args]
+                + ["--out", str(tmp_path / "bad")]) == 2
+    assert "mixer `a` cannot be lowered" in capsys.readouterr().err
+    assert main(args + ["--out", str(tmp_path / "empty"), "--resume"]) == 2
+    assert "no checkpoint to resume from" in capsys.readouterr().err
+    damaged = tmp_path / "damaged" / "checkpoints" / "step_00000002"
+    damaged.mkdir(parents=True)
+    (damaged.parent / "latest").write_text(damaged.name)
+    assert main(args + ["--out", str(tmp_path / "damaged"), "--resume"]) == 2
+    assert f"checkpoint {damaged} is damaged" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the README's recipe in a fresh interpreter, twice: 20-40 s on 2 cores
+def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_path):
+    run = tmp_path / "run"
+    args = ["train", "specs/transformer.seq", "--config", "recipes/tiny_builtin.toml", "--out", str(run),
+            "--tokens", str(8 * 4 * 64), "--batch", "4", "--seq-len", "64",
+            "--set", "checkpoint_every=2", "--set", "eval_every=0", "--set", "data.eval_tokens=512"]
+    proc = subprocess.Popen([sys.executable, "-m", "seqdsl.cli.main", *args], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "checkpoints" / "latest").exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert proc.poll() is None, f"the run ended before it could be interrupted: {proc.stderr.read()}"
+        proc.send_signal(signal.SIGINT)
+        err = proc.communicate(timeout=60)[1]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    last = err.splitlines()[-1]
+    said, _, command = last.partition("; continue with: ")
+    step = checkpoint.load_latest(run / "checkpoints").state["step"]  # intact, verified against its hashes
+    assert said == f"interrupted; the last checkpoint of {run} is step {step} ({run / 'checkpoints'}/step_{step:08d})"
+    assert shlex.split(command) == ["seqdsl", *args, "--resume"]
+    assert json.loads((run / "config.json").read_text())["steps"] == 8
+    assert [r["step"] for r in train_records(run)][:step] == list(range(1, step + 1))  # its records are kept
+    resumed = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *shlex.split(command)[1:]], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming {run} at step {step} of 8" in resumed.stderr.splitlines()[0]
+    assert [r["step"] for r in train_records(run)] == list(range(1, 9))
