@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="sequences per forward; the batch is then accumulated over batch / micro-batch of them")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--compile", action="store_true", help="torch.compile each block and the loss head")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model body and the loss head (two graphs, as seqdsl train)")
     p.add_argument("--cuda-graphs", action="store_true", help="with --compile: replay them as CUDA graphs")
     p.add_argument("--reference-recurrent", action="store_true",
                    help="recurrent mixers on their chunked PyTorch reference (default: the planner's choice)")

@@ -10,7 +10,6 @@ from __future__ import annotations
 from contextlib import AbstractContextManager, nullcontext
 
 import torch
-from torch import Tensor
 
 from seqdsl.errors import SeqError
 

@@ -17,25 +17,10 @@ from seqdsl.data.tokenizer import ByteTokenizer, load_tokenizer
 from seqdsl.eval import evaluate
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
+from tests.data.sources import MemorySource
 
 HELDOUT = 0.5
 WORDS = "the a of river story night light house old we went they said long road".split()
-
-
-class ListSource:
-    """A DocumentSource over documents held in memory, in the given order."""
-
-    def __init__(self, docs: list[Document]):
-        self.docs = docs
-
-    def domains(self) -> list[str]:
-        return sorted({d.domain for d in self.docs})
-
-    def documents(self, domains: list[str]):
-        return (d for d in self.docs if d.domain in domains)
-
-    def describe(self) -> str:
-        return "memory"
 
 
 def heldout_texts(n: int, words: int, seed: str, extra: str = "") -> list[str]:
@@ -53,13 +38,13 @@ def test_the_budget_is_exact_when_a_long_document_crosses_it():
     book = heldout_texts(1, 20_000, "book")[0]  # ~100K bytes: one document, as a book is
     docs = [Document("books", t) for t in short[:2] + [book] + short[2:]]
     budget = 4096
-    sets = build_eval_sets(ListSource(docs), ByteTokenizer(), ["books"], [], heldout=HELDOUT, max_tokens=budget)
+    sets = build_eval_sets(MemorySource(docs), ByteTokenizer(), ["books"], [], heldout=HELDOUT, max_tokens=budget)
     # bytes, each held-out text then byte 0; a book is held out unit by unit (seqdsl/data/documents.py)
     stream = [b for t in short[:2] + split_heldout(book, HELDOUT)[1] for b in list(t.encode()) + [0]]
     assert len(stream) > budget + len(book) // 4, "the book's held-out units cross the budget"
     assert sets["books"].tokens.tolist() == stream[:budget]
     assert sets["books"].n_bytes == budget  # bytes: one token per byte, the cut book's too
-    small = build_eval_sets(ListSource(docs[:2]), ByteTokenizer(), ["books"], [], heldout=HELDOUT,
+    small = build_eval_sets(MemorySource(docs[:2]), ByteTokenizer(), ["books"], [], heldout=HELDOUT,
                             max_tokens=budget)
     assert small["books"].tokens.numel() == sum(len(t.encode()) + 1 for t in short[:2])  # all there is
 
@@ -68,7 +53,7 @@ def test_a_cut_through_a_multibyte_character_counts_the_bytes_kept():
     text = heldout_texts(1, 3, "accents", extra=" déjà vu " * 40)[0]
     budget = len(text.encode()) - len(" vu ".encode()) - 1  # inside the last `à` (2 bytes)
     assert text.encode()[budget - 1] == 0xC3
-    sets = build_eval_sets(ListSource([Document("fr", text)]), ByteTokenizer(), ["fr"], [], heldout=HELDOUT,
+    sets = build_eval_sets(MemorySource([Document("fr", text)]), ByteTokenizer(), ["fr"], [], heldout=HELDOUT,
                            max_tokens=budget)
     assert sets["fr"].tokens.numel() == budget and sets["fr"].n_bytes == budget
 
@@ -104,7 +89,7 @@ def test_bits_per_byte_count_the_bytes_of_the_kept_tokens_of_a_cut_document(tmp_
     tokenizer = load_tokenizer(byte_level_tokenizer(tmp_path / "tokenizer.json", texts))
     whole = [len(tokenizer.encode(t)) + 1 for t in texts[:2]]
     budget = sum(whole) + 157  # the third document is cut after 157 of its tokens
-    sets = build_eval_sets(ListSource([Document("web", t) for t in texts]), tokenizer, ["web"], [],
+    sets = build_eval_sets(MemorySource([Document("web", t) for t in texts]), tokenizer, ["web"], [],
                            heldout=HELDOUT, max_tokens=budget)
     assert sets["web"].tokens.numel() == budget
 

@@ -14,29 +14,9 @@ from seqdsl.data.documents import Document
 from seqdsl.data.packing import Cursor, PackedSequences
 from seqdsl.data.tokencache import CachedSequences, open_cache
 from seqdsl.data.tokenizer import ByteTokenizer, load_tokenizer
+from tests.data.sources import MemorySource
 
 HELDOUT = 0.2
-
-
-class ListSource:
-    """A DocumentSource over a fixed list (a filter of one total order, as every source is)."""
-
-    def __init__(self, docs: list[Document]):
-        self.docs = docs
-
-    def domains(self):
-        return sorted({d.domain for d in self.docs})
-
-    def documents(self, domains):
-        return (d for d in self.docs if d.domain in domains)
-
-    def describe(self):
-        return "list"
-
-    def content(self):
-        import hashlib
-
-        return [hashlib.sha256(repr([(d.domain, d.text) for d in self.docs]).encode()).hexdigest()]
 
 
 def _docs(n: int = 60) -> list[Document]:
@@ -96,7 +76,7 @@ def test_resume_from_a_cursor_continues_the_exact_stream(tmp_path, shard_source)
 def test_held_out_documents_never_reach_the_cached_stream(tmp_path):
     # each document is one repeated distinctive byte: any token of a held-out one would show
     docs = [Document("web", chr(0x41 + i) * (5 + i)) for i in range(40)]
-    source = ListSource(docs)
+    source = MemorySource(docs)
     cache = open_cache(source, ByteTokenizer(), ["web"], 0.3, root=tmp_path / "c", say=lambda m: None)
     from seqdsl.data.documents import is_heldout
 
@@ -117,7 +97,7 @@ def test_a_file_tokenizer_gives_the_same_ids_batched(tmp_path):
     tok.save(str(tmp_path / "tokenizer.json"))
     tokenizer = load_tokenizer(str(tmp_path / "tokenizer.json"))
     docs = [Document("web", " ".join(f"w{(i * j) % 60}" for j in range(i % 9 + 1))) for i in range(50)]
-    source = ListSource(docs)
+    source = MemorySource(docs)
     cache = _cache(tmp_path, source, tokenizer, domains=("web",))
     assert cache.tokens.dtype == np.uint16
     fly = _on_the_fly(source, ["web"], 6, tokenizer=tokenizer)

@@ -6,7 +6,6 @@ setting and in any file order."""
 
 from __future__ import annotations
 
-import json
 
 import pytest
 
@@ -15,6 +14,7 @@ from seqdsl.data.heldout import build_eval_sets
 from seqdsl.data.packing import PackedSequences
 from seqdsl.data.tokencache import CachedSequences, open_cache
 from seqdsl.data.tokenizer import ByteTokenizer
+from tests.data.sources import MemorySource
 
 HELDOUT = 0.25
 
@@ -49,23 +49,6 @@ def test_split_is_a_partition_of_the_units_by_their_own_hash():
     assert split_heldout("a short post", HELDOUT) in ((["a short post"], []), ([], ["a short post"]))
 
 
-class _Source:
-    def __init__(self, docs):
-        self.docs = docs
-
-    def domains(self):
-        return sorted({d.domain for d in self.docs})
-
-    def documents(self, domains):
-        return (d for d in self.docs if d.domain in domains)
-
-    def describe(self):
-        return "test"
-
-    def content(self):
-        return [json.dumps([(d.domain, d.text) for d in self.docs])]
-
-
 def _stream_text(stream, n_tokens: int, T: int = 64) -> str:
     seqs = stream.batch(n_tokens // T)
     return bytes(t for row in seqs.tolist() for t in row[:T]).decode("utf-8", errors="replace")
@@ -74,7 +57,7 @@ def _stream_text(stream, n_tokens: int, T: int = 64) -> str:
 @pytest.mark.parametrize("cached", [False, True])
 def test_a_one_document_domain_is_evaluated_on_units_never_trained_on(tmp_path, cached):
     book = _book()
-    source = _Source([Document("books", book)])
+    source = MemorySource([Document("books", book)])
     tok = ByteTokenizer()
     sets = build_eval_sets(source, tok, ["books"], [], heldout=HELDOUT, max_tokens=10**9)
     held = split_heldout(book, HELDOUT)[1]
@@ -97,7 +80,7 @@ def test_eval_text_is_the_same_in_either_setting_and_file_order():
     tok = ByteTokenizer()
 
     def books_set(order, train):
-        return build_eval_sets(_Source(order), tok, ["books"], train, heldout=HELDOUT, max_tokens=10**9)["books"]
+        return build_eval_sets(MemorySource(order), tok, ["books"], train, heldout=HELDOUT, max_tokens=10**9)["books"]
 
     limited = books_set(docs, ["web"])
     mixed = books_set(docs, ["web", "books"])
