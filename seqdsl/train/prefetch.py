@@ -45,15 +45,18 @@ class Prefetcher:
                 rows = self.stream.batch(self.batch)[self.rows]
                 if self.device.type == "cuda":
                     rows = rows.pin_memory()
-                item = (rows, self.stream.cursor)
-                while not self._stop.is_set():
-                    try:
-                        self._queue.put(item, timeout=0.1)
-                        break
-                    except queue.Full:
-                        continue
-        except BaseException as err:  # handed to the loop, raised there
-            self._queue.put(err)
+                self._put((rows, self.stream.cursor))
+        except BaseException as err:  # handed to the loop, raised there (unless it is closing)
+            self._put(err)
+
+    def _put(self, item) -> None:
+        """Queue `item`, giving up as soon as the loop closes (it may never take another)."""
+        while not self._stop.is_set():
+            try:
+                self._queue.put(item, timeout=0.1)
+                return
+            except queue.Full:
+                continue
 
     def next(self) -> Batch:
         t0 = time.perf_counter()
@@ -66,13 +69,11 @@ class Prefetcher:
         return Batch(rows.to(self.device, non_blocking=True), cursor, wait)
 
     def close(self) -> None:
+        """Stop the thread and wait for it: it sees the flag within one batch (and 0.1 s), so no
+        batch is left half-made on a thread the interpreter would kill at exit (a Ctrl-C must
+        leave one line, not a daemon thread's traceback)."""
         self._stop.set()
-        while True:  # unblock a producer waiting on a full queue
-            try:
-                self._queue.get_nowait()
-            except queue.Empty:
-                break
-        self._thread.join(timeout=5)
+        self._thread.join()
 
     def __enter__(self) -> Prefetcher:
         return self

@@ -37,6 +37,8 @@ def test_the_suite_figures_are_the_measured_ones():
         run = FIGURES[key]
         assert f"{run['counts']['passed']:,} tests in {_seconds(run['wall_s'])}" in text, key
     assert f"{FIGURES['suite']['counts'].get('skipped', 0)} GPU-only tests skip" in text
+    assert not FIGURES["suite"]["counts"].get("failed") and not FIGURES["fast_suite"]["counts"].get("failed"), \
+        "the figures are a green suite's"
 
 
 def test_the_figures_file_names_its_commands_as_the_readme_writes_them():

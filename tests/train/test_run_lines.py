@@ -144,9 +144,12 @@ def test_the_spec_and_the_checkpoint_refuse_a_run_before_any_data_is_read(tmp_pa
 
 @pytest.mark.slow  # the README's recipe in a fresh interpreter, twice: 20-40 s on 2 cores
 def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_path):
+    steps = 40
     run = tmp_path / "run"
+    # 40 steps: once the first checkpoint exists, enough steps are left that a loaded machine
+    # cannot finish the run before the interrupt lands
     args = ["train", "specs/transformer.seq", "--config", "recipes/tiny_builtin.toml", "--out", str(run),
-            "--tokens", str(8 * 4 * 64), "--batch", "4", "--seq-len", "64",
+            "--tokens", str(steps * 4 * 64), "--batch", "4", "--seq-len", "64",
             "--set", "checkpoint_every=2", "--set", "eval_every=0", "--set", "data.eval_tokens=512"]
     proc = subprocess.Popen([sys.executable, "-m", "seqdsl.cli.main", *args], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -166,10 +169,10 @@ def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_pa
     step = checkpoint.load_latest(run / "checkpoints").state["step"]  # intact, verified against its hashes
     assert said == f"interrupted; the last checkpoint of {run} is step {step} ({run / 'checkpoints'}/step_{step:08d})"
     assert shlex.split(command) == ["seqdsl", *args, "--resume"]
-    assert json.loads((run / "config.json").read_text())["steps"] == 8
+    assert json.loads((run / "config.json").read_text())["steps"] == steps
     assert [r["step"] for r in train_records(run)][:step] == list(range(1, step + 1))  # its records are kept
     resumed = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *shlex.split(command)[1:]], cwd=ROOT,
                              capture_output=True, text=True, timeout=300)
     assert resumed.returncode == 0, resumed.stderr
-    assert f"resuming {run} at step {step} of 8" in resumed.stderr.splitlines()[0]
-    assert [r["step"] for r in train_records(run)] == list(range(1, 9))
+    assert f"resuming {run} at step {step} of {steps}" in resumed.stderr.splitlines()[0]
+    assert [r["step"] for r in train_records(run)] == list(range(1, steps + 1))
