@@ -151,8 +151,12 @@ def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_pa
     args = ["train", "specs/transformer.seq", "--config", "recipes/tiny_builtin.toml", "--out", str(run),
             "--tokens", str(steps * 4 * 64), "--batch", "4", "--seq-len", "64",
             "--set", "checkpoint_every=2", "--set", "eval_every=0", "--set", "data.eval_tokens=512"]
+    # SIGINT at its default in the child whatever this process inherited: a test runner started
+    # in the background of a non-interactive shell ignores SIGINT, and Python then installs no
+    # KeyboardInterrupt handler in its children (the run would go on to the end)
     proc = subprocess.Popen([sys.executable, "-m", "seqdsl.cli.main", *args], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (run / "checkpoints" / "latest").exists() and proc.poll() is None and time.monotonic() < deadline:
