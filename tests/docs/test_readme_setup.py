@@ -4,19 +4,17 @@ to the CPU wheel, the dev extra)."""
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
+
+from tests.docs_generator import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _readme_commands():
-    spec = importlib.util.spec_from_file_location("readme_commands", ROOT / ".ci" / "readme_commands.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_script(".ci/readme_commands.py", "readme_commands")
 
 
 def test_readme_set_up_is_two_commands_install_then_tests():
