@@ -34,6 +34,8 @@ def _count(n: int) -> str:
 
 def _tree(lm) -> str:
     """The module tree with repeated identical blocks folded: one block per distinct mixer."""
+    from seqdsl.lower.lm import layer_ranges
+
     lines = [f"{type(lm).__name__}("]
     lines.append(f"  (embed): {lm.embed}")
     shown: set[str] = set()
@@ -44,7 +46,7 @@ def _tree(lm) -> str:
         shown.add(name)
         layers = [j for j, b in enumerate(lm.blocks) if b.mixer.spec.name == name]
         body = repr(block).replace("\n", "\n  ")
-        lines.append(f"  (blocks {_ranges(layers)}): {body}")
+        lines.append(f"  (blocks {layer_ranges(layers)}): {body}")
     lines.append(f"  (norm): {lm.norm}")
     tied = " (tied to embed)" if lm.spec.tie else ""
     lines.append(f"  (head): {lm.head}{tied}")
@@ -52,18 +54,12 @@ def _tree(lm) -> str:
     return "\n".join(lines)
 
 
-def _ranges(xs: list[int]) -> str:
-    if len(xs) > 1 and xs == list(range(xs[0], xs[-1] + 1)):
-        return f"{xs[0]}-{xs[-1]}"
-    return ",".join(map(str, xs))
-
-
 def run(args: argparse.Namespace) -> int:
     import torch
 
     from seqdsl.check.resized import resize_report
     from seqdsl.ir.presets import model_at, preset_refusals
-    from seqdsl.lower.lm import LanguageModel
+    from seqdsl.lower.lm import LanguageModel, path_lines
     from seqdsl.passes.resolve import load
 
     if args.keep_absolute and not args.preset:
@@ -95,12 +91,8 @@ def run(args: argparse.Namespace) -> int:
     print(f"parameters: {total:,} ({_count(total)}); without embeddings: {body:,} ({_count(body)})")
     print(f"\npaths on {device.type}:")
     rows = lm.describe_paths(device)
-    groups: dict[tuple[str, str, str], list[int]] = {}
-    for layer, mixer, path, why in rows:
-        groups.setdefault((mixer, path, why), []).append(layer)
-    width = max(len(_ranges(layers)) for layers in groups.values())
-    for (mixer, path, why), layers in groups.items():
-        print(f"  layers {_ranges(layers):<{width}}  {mixer}: {path} ({why})")
+    for line in path_lines(rows):
+        print(f"  {line}")
     if device.type == "cuda" and any(r[2].startswith(("fla.", "mamba.")) for r in rows):
         print("  (fla and mamba-ssm kernels are self-checked against the reference on first use; a "
               "failure falls back to the reference with a warning)")

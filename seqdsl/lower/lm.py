@@ -244,6 +244,24 @@ class LanguageModel(nn.Module):
         return rows
 
 
+def layer_ranges(layers: list[int]) -> str:
+    """`0-11` for consecutive layers, else `0,2,4`."""
+    if len(layers) > 1 and layers == list(range(layers[0], layers[-1] + 1)):
+        return f"{layers[0]}-{layers[-1]}"
+    return ",".join(map(str, layers))
+
+
+def path_lines(rows: list[tuple[int, str, str, str]]) -> list[str]:
+    """`describe_paths` rows as `layers 0-11  mixer: path (reason)`, one line per group of layers
+    that share mixer, path and reason (what `seqdsl lower` prints and a training run logs)."""
+    groups: dict[tuple[str, str, str], list[int]] = {}
+    for layer, mixer, path, why in rows:
+        groups.setdefault((mixer, path, why), []).append(layer)
+    width = max((len(layer_ranges(layers)) for layers in groups.values()), default=0)
+    return [f"layers {layer_ranges(layers):<{width}}  {mixer}: {path} ({why})"
+            for (mixer, path, why), layers in groups.items()]
+
+
 def _init(module: nn.Module) -> None:
     # GPT-2 style: N(0, 0.02) for projections and embeddings
     if isinstance(module, (nn.Linear, nn.Embedding)):

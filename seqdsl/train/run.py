@@ -25,6 +25,7 @@ from seqdsl.data.packing import Cursor
 from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
 from seqdsl.eval.records import evaluate_records
+from seqdsl.lower.lm import path_lines
 from seqdsl.train import checkpoint, distributed
 from seqdsl.train.config import RunConfig
 from seqdsl.train.device import autocast_dtype, device_kind, pick_device
@@ -219,6 +220,10 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                                          + (f" (compiling {len(lm.blocks)} blocks and the loss head)"
                                             if config.compile else ""),
                                "seconds": now - t_launch})
+                    # the first forward has planned every mixer's path: say which ran
+                    paths = path_lines(lm.describe_paths(device))
+                    log.write({"kind": "event", "step": step + 1, "event": "paths", "detail": "; ".join(paths)})
+                    progress.message(f"paths on {device.type}: " + "; ".join(paths))
                 log.write({"kind": "train", "step": step + 1, "tokens": tokens_seen, "loss": loss_value, "lr": lr,
                            "tokens_per_s": tokens_per_s, "mfu": utilisation, "data_wait_s": batch.wait_s,
                            "time": elapsed0 + now - t_start})

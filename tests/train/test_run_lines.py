@@ -180,3 +180,18 @@ def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_pa
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming {run} at step {step} of {steps}" in resumed.stderr.splitlines()[0]
     assert [r["step"] for r in train_records(run)] == list(range(1, steps + 1))
+
+
+def test_the_run_logs_the_path_every_layer_took(tmp_path):
+    """The paths event lists what `seqdsl lower` lists for the same model and device (one
+    grouping, lower.lm.path_lines), after the first step planned them."""
+    from seqdsl.lower.lm import path_lines
+
+    run = tmp_path / "run"
+    assert main(micro_run_args(tmp_path, steps=2) + ["--out", str(run)]) == 0
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    paths = [r for r in events if r["kind"] == "event" and r["event"] == "paths"]
+    assert [r["step"] for r in paths] == [1]
+    assert paths[0]["detail"] == "layers 0  attn: sdpa.causal (softmax attention, is_causal)"  # the micro model: one layer
+    assert path_lines([(0, "a", "sdpa.causal", "why"), (1, "a", "sdpa.causal", "why"), (2, "b", "reference.chunked", "cpu")]) == [
+        "layers 0-1  a: sdpa.causal (why)", "layers 2    b: reference.chunked (cpu)"]
