@@ -6,6 +6,7 @@ the order, spreads the runs over the GPUs (one training per GPU), resumes what a
 left unfinished, and records what ran where:
 
     python experiments/study.py plan                                   # the runs and their commands
+    python experiments/study.py prepare --data DATA --setting limited  # the token cache, ahead
     python experiments/study.py run --data DATA --runs RUNS --gpus 2   # run what is not finished
     python experiments/study.py status --runs RUNS                     # progress of every run
     python experiments/study.py collect --runs RUNS                    # records -> docs/results/runs/
@@ -38,6 +39,9 @@ DOMAINS = ("web_blogs", "wikipedia", "arxiv", "stackexchange", "books", "code")
 TOKENIZER = Path("tokenizers") / "gpt-neox-20b" / "tokenizer.json"
 RECIPES = {"limited": "recipes/study_limited_110m.toml", "mixed": "recipes/study_mixed_110m.toml"}
 LENGTHS = (2, 4)  # evaluation contexts, as multiples of the training context
+# held-out tokens per domain at those lengths: a quarter of the recipe's eval_tokens, since
+# `seqdsl eval` runs uncompiled (the chunked references of the stateful specs are slow there)
+LENGTH_EVAL_TOKENS = 131_072
 RECORD_FILES = ("metrics.jsonl", "config.json", "spec.seq", "study.json", "train.log")
 
 
@@ -79,7 +83,8 @@ def train_command(run: Run, data: Path, out: Path, resume: bool, extra: tuple[st
 
 
 def eval_command(out: Path, seq_len: int) -> list[str]:
-    return ["seqdsl", "eval", str(out), "--seq-len", str(seq_len), "--out", str(out / f"eval_seq{seq_len}.json")]
+    return ["seqdsl", "eval", str(out), "--seq-len", str(seq_len), "--max-tokens", str(LENGTH_EVAL_TOKENS),
+            "--out", str(out / f"eval_seq{seq_len}.json")]
 
 
 def finished(out: Path) -> bool:
@@ -114,11 +119,14 @@ def gpu_name(index: int) -> str:
 
 
 def timed(cmd: list[str], env: dict, log: Path) -> tuple[int, float]:
+    """Run a `seqdsl ...` command line with this interpreter (the command a user types, without
+    needing the entry point on PATH), its output appended to log."""
     t0 = time.time()
     with log.open("a") as sink:
         sink.write(f"$ {shlex.join(cmd)}\n")
         sink.flush()
-        rc = subprocess.run(cmd, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT).returncode
+        argv = [sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]]
+        rc = subprocess.run(argv, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT).returncode
     return rc, time.time() - t0
 
 
@@ -203,6 +211,14 @@ def select(only: list[str] | None) -> list[Run]:
     return chosen
 
 
+def prepare(args: argparse.Namespace) -> int:
+    """`seqdsl data prepare` for a setting's recipe: the token cache built before the GPUs start."""
+    cmd = ["seqdsl", "data", "prepare", "--config", RECIPES[args.setting], "--quiet",
+           *data_overrides(args.data.resolve(), args.tokenizer)]
+    print(f"$ {shlex.join(cmd)}", flush=True)
+    return subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]], cwd=REPO).returncode
+
+
 def plan(args: argparse.Namespace) -> int:
     data, runs = Path("DATA"), Path("RUNS")
     for i, run in enumerate(select(args.only), 1):
@@ -237,20 +253,24 @@ def collect(args: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    for name in ("plan", "run", "status", "collect"):
+    for name in ("plan", "prepare", "run", "status", "collect"):
         p = sub.add_parser(name)
-        p.add_argument("--only", nargs="+", metavar="RUN", help="run names or spec names (default: the whole study)")
-        if name != "plan":
+        if name != "prepare":
+            p.add_argument("--only", nargs="+", metavar="RUN", help="run names or spec names (default: the whole study)")
+        if name in ("run", "status", "collect"):
             p.add_argument("--runs", type=Path, required=True, help="the folder of run directories")
-    sub.choices["run"].add_argument("--data", type=Path, required=True, help="domain folders and tokenizers/")
+        if name in ("run", "prepare"):
+            p.add_argument("--data", type=Path, required=True, help="domain folders and tokenizers/")
+            p.add_argument("--tokenizer", help="a tokenizer.json or `bytes` (default: DATA/tokenizers/gpt-neox-20b/tokenizer.json)")
+    sub.choices["prepare"].add_argument("--setting", choices=tuple(RECIPES), default="limited")
     sub.choices["run"].add_argument("--gpus", type=int, default=1, help="trainings at once, one per GPU")
-    sub.choices["run"].add_argument("--tokenizer", help="a tokenizer.json or `bytes` (default: DATA/tokenizers/gpt-neox-20b/tokenizer.json)")
     sub.choices["run"].add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                                     help="arguments appended to every `seqdsl train` (a CPU dry run: --preset tiny ...)")
     sub.choices["run"].add_argument("--until", type=float, help="start no run after this time (seconds since the epoch)")
     sub.choices["collect"].add_argument("--dest", type=Path, default=RECORDS)
     args = parser.parse_args(argv)
-    return {"plan": plan, "run": run_study, "status": status, "collect": collect}[args.command](args)
+    commands = {"plan": plan, "prepare": prepare, "run": run_study, "status": status, "collect": collect}
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# The study (experiments/study.py) on a GPU machine of the device tool, whose calls last at most
+# 10 minutes and carry at most 64 MiB: the data travels in two parts (.study/a, .study/b: domain
+# folders and tokenizers/, made by the commands in docs/results.md, "Rerunning"), the study runs
+# in the background across calls, and each call brings back the records finished so far.
+#   bash experiments/study_gpu.sh stage           # carry .study/a and .whl: data part 1, packages
+#   bash experiments/study_gpu.sh start GPUS MIN  # carry .study/b: part 2, the token cache, then the
+#                                                 # study in the background (no run starts after MIN
+#                                                 # minutes), then poll as below
+#   bash experiments/study_gpu.sh poll SECONDS    # progress until SECONDS pass or the study ends
+# Records (never checkpoints) come back in $OUT/study_records.tar.gz.
+set -u
+cd "$(dirname "$0")/.."
+root=/tmp/study
+data="$root/data"
+runs="$root/runs"
+out="${OUT:-$root/out}"
+mkdir -p "$data" "$runs" "$out"
+export SEQDSL_CACHE_DIR="$root/cache" PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+stage() {  # merge the carried part(s) into one folder per domain
+    for part in .study/*/; do cp -r "$part". "$data"/; done
+    du -sh "$data"/* | tr '\n' ' '; echo
+}
+
+install() {
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+            > "$root/wheels.log" 2>&1 || { echo "wheel install failed"; tail -5 "$root/wheels.log"; exit 1; }
+    fi
+    python -m pip install -q --no-deps --no-build-isolation -e . > "$root/install.log" 2>&1 \
+        || { echo "install failed"; tail -5 "$root/install.log"; exit 1; }
+    python -c "import torch, triton, seqdsl, datasets, tokenizers; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0), 'cores', __import__('os').cpu_count())"
+}
+
+poll() {
+    local deadline=$((SECONDS + $1))
+    while [ "$SECONDS" -lt "$deadline" ] && pgrep -f "experiments/study.py run" > /dev/null; do
+        sleep 20
+        [ $((SECONDS % 120)) -lt 20 ] && { date -u +%H:%M:%S; python experiments/study.py status --runs "$runs" | grep -v "not started"; }
+    done
+    pgrep -f "experiments/study.py run" > /dev/null || echo "the study process has ended"
+    python experiments/study.py status --runs "$runs"
+    tail -n 30 "$root/study.log"
+    python experiments/study.py collect --runs "$runs" --dest "$root/records" > /dev/null
+    for run in "$runs"/*/; do  # the unfinished too: their logs say how far they got
+        mkdir -p "$root/partial/$(basename "$run")"
+        cp "$run"/metrics.jsonl "$run"/train.log "$run"/study.json "$root/partial/$(basename "$run")/" 2> /dev/null
+    done
+    tar -czf "$out/study_records.tar.gz" -C "$root" records partial study.log $(cd "$root" && ls prepare_*.log 2> /dev/null)
+}
+
+case "${1:-}" in
+    stage) stage; install ;;
+    start)
+        stage
+        nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+        /usr/bin/time -f "prepare limited: %e s wall" python experiments/study.py prepare --data "$data" --setting limited \
+            > "$root/prepare_limited.log" 2>&1
+        tail -n 9 "$root/prepare_limited.log"
+        setsid nohup python experiments/study.py run --data "$data" --runs "$runs" --gpus "$2" \
+            --until "$(($(date +%s) + 60 * $3))" > "$root/study.log" 2>&1 < /dev/null &
+        # the mixed setting's cache (every domain's training text) while the first runs compile
+        setsid nohup /usr/bin/time -f "prepare mixed: %e s wall" python experiments/study.py prepare --data "$data" \
+            --setting mixed > "$root/prepare_mixed.log" 2>&1 < /dev/null &
+        sleep 5
+        poll $((540 - SECONDS)) ;;
+    poll) poll "$2" ;;
+    *) sed -n '2,13p' "$0"; exit 2 ;;
+esac
