@@ -84,18 +84,20 @@ def main(argv: list[str] | None = None) -> int:
                         help="the source tree (default: this interpreter's standard library)")
     parser.add_argument("--out", type=Path, required=True, help="folder to write the shard into (its name is the domain)")
     parser.add_argument("--write-manifest", action="store_true", help="record this machine's files as the manifest")
+    parser.add_argument("--manifest", type=Path, default=MANIFEST, help=argparse.SUPPRESS)  # tests use their own
     args = parser.parse_args(argv)
+    manifest = args.manifest
 
     docs = documents(args.root)
     actual = manifest_of(docs, args.root)
     if args.write_manifest:
-        MANIFEST.write_text(json.dumps(actual, indent=1) + "\n")
-        print(f"wrote {MANIFEST}")
-    elif not MANIFEST.exists():
-        print(f"error: no manifest at {MANIFEST}; run with --write-manifest to record one", file=sys.stderr)
+        manifest.write_text(json.dumps(actual, indent=1) + "\n")
+        print(f"wrote {manifest}")
+    elif not manifest.exists():
+        print(f"error: no manifest at {manifest}; run with --write-manifest to record one", file=sys.stderr)
         return 2
     else:
-        expected = json.loads(MANIFEST.read_text())
+        expected = json.loads(manifest.read_text())
         if expected["digest"] != actual["digest"]:
             print(f"error: the sources under {args.root} are not the manifest's (first difference: "
                   f"{first_difference(expected, actual)}); the code domain would be other text. Build it on "

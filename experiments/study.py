@@ -166,6 +166,8 @@ def run_study(args: argparse.Namespace) -> int:
     runs = args.runs.resolve()
     todo: queue.Queue[Run] = queue.Queue()
     for run in select(args.only):
+        if finished(args.records / run.name):
+            continue  # its records are in the repository already: a later session does not rerun it
         if not (finished(runs / run.name) and lengths_done(runs / run.name)):
             todo.put(run)
     lock = threading.Lock()
@@ -264,6 +266,8 @@ def main(argv: list[str] | None = None) -> int:
             p.add_argument("--tokenizer", help="a tokenizer.json or `bytes` (default: DATA/tokenizers/gpt-neox-20b/tokenizer.json)")
     sub.choices["prepare"].add_argument("--setting", choices=tuple(RECIPES), default="limited")
     sub.choices["run"].add_argument("--gpus", type=int, default=1, help="trainings at once, one per GPU")
+    sub.choices["run"].add_argument("--records", type=Path, default=RECORDS,
+                                    help="runs whose records are here are done (default: docs/results/runs)")
     sub.choices["run"].add_argument("--extra", nargs=argparse.REMAINDER, default=[],
                                     help="arguments appended to every `seqdsl train` (a CPU dry run: --preset tiny ...)")
     sub.choices["run"].add_argument("--until", type=float, help="start no run after this time (seconds since the epoch)")

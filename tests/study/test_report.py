@@ -1,0 +1,85 @@
+"""experiments/report.py: docs/results.md is what the committed run records give, and a gap is
+the spec's held-out loss minus the Transformer++ seeds' mean at a matched training loss."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from tests.docs_generator import ROOT, load_script
+
+report = load_script("experiments/report.py", "report")
+SPEC = "mixer m { visibility = full }\nmodel m_tiny { mixer = m  layers = 1  d_model = 64  vocab = 256  context = 128 }\n"
+
+
+def test_the_results_page_is_generated_from_the_committed_records():
+    assert report.main(["--check"]) == 0, "docs/results.md differs from the records: run experiments/report.py"
+
+
+def fake_run(root, name: str, losses: list[float], offset: dict[str, float], steps_per_eval: int = 10):
+    """A run whose training loss is losses[k] over the k-th eval interval and whose held-out loss
+    on each domain is that training loss plus a constant: at any matched training loss level the
+    held-out values are exactly level + offset."""
+    run = root / name
+    run.mkdir(parents=True)
+    rows, step = [], 0
+    for k, loss in enumerate(losses):
+        for _ in range(steps_per_eval):
+            step += 1
+            rows.append({"kind": "train", "step": step, "tokens": step * 100, "loss": loss, "lr": 1e-3,
+                         "tokens_per_s": 1000.0, "mfu": 0.3, "data_wait_s": 0.0, "time": float(step)})
+        for domain, c in offset.items():
+            rows.append({"kind": "eval", "step": step, "tokens": step * 100, "domain": domain,
+                         "in_domain": domain == report.IN_DOMAIN, "loss": loss + c, "bpb": 1.0,
+                         "eval_tokens": 100, "seq_len": 128})
+    rows.append({"kind": "event", "step": 1, "event": "first_step", "detail": "", "seconds": 1.0})
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / "config.json").write_text(json.dumps({"steps": step, "batch": 1, "seq_len": 128}))
+    (run / "study.json").write_text(json.dumps({"attempts": [{"gpu": "x", "wall_s": 1, "started": "2026-11-26"}]}))
+    (run / "spec.seq").write_text(SPEC)
+    return report.load(run)
+
+
+def test_the_gap_is_the_spec_minus_the_seed_mean_and_the_spread_their_range(tmp_path):
+    curve = [7.0, 6.5, 6.0, 5.5, 5.0]
+    seeds = [fake_run(tmp_path, "limited-transformer-s0", curve, {"web_blogs": 0.0, "wiki": 1.0, "code": 2.0}),
+             fake_run(tmp_path, "limited-transformer-s1", curve, {"web_blogs": 0.1, "wiki": 1.2, "code": 2.1})]
+    spec = fake_run(tmp_path, "limited-window-s0", [7.2, 6.6, 6.1, 5.7, 5.2], {"web_blogs": 0.05, "wiki": 1.5, "code": 2.0})
+    gap = report.gap_to_baseline(spec, seeds)
+    assert gap.level is not None and 5.2 < gap.level < 6.6
+    assert gap.gaps["wiki"] == pytest.approx(1.5 - 1.1) and gap.spreads["wiki"] == pytest.approx(0.2)
+    assert gap.gaps["code"] == pytest.approx(2.0 - 2.05) and gap.spreads["code"] == pytest.approx(0.1)
+    assert gap.gaps[report.IN_DOMAIN] == pytest.approx(0.0)
+    assert gap.ood_gap == pytest.approx((0.4 - 0.05) / 2)  # the in-domain gap is not an OOD gap
+    assert gap.ood_spread == pytest.approx(0.15)  # the range of each seed's mean OOD loss (1.5 vs 1.65)
+    assert report.measured(gap) == "worse OOD"
+
+
+def test_a_spec_that_never_reaches_the_baseline_loss_is_compared_at_equal_steps_and_says_so(tmp_path):
+    seeds = [fake_run(tmp_path, f"limited-transformer-s{s}", [6.0, 5.5, 5.0], {"web_blogs": 0.0, "wiki": 1.0 + s / 10})
+             for s in (0, 1)]
+    spec = fake_run(tmp_path, "limited-random-s0", [7.5, 7.4, 7.3], {"web_blogs": 0.0, "wiki": 1.0})
+    gap = report.gap_to_baseline(spec, seeds)
+    assert gap.level is None and gap.note.startswith("unmatched")
+    assert gap.gaps["wiki"] == pytest.approx((7.3 + 1.0) - (5.0 + 1.05))  # the last evaluations
+
+
+@pytest.mark.parametrize(("verdict", "outcome", "expected"), [
+    ("pass", "within seed spread", "yes"), ("pass", "better OOD", "yes"), ("pass", "worse OOD", "no"),
+    ("fail", "worse OOD", "yes"), ("degraded", "worse OOD", "yes"), ("fail", "better OOD", "no"),
+    ("fail", "within seed spread", "no (no gap measured)")])
+def test_a_verdict_agrees_when_it_predicts_the_measured_direction(verdict, outcome, expected):
+    assert report.agrees(verdict, outcome) == expected
+
+
+def test_the_page_says_which_study_runs_have_no_records(tmp_path):
+    runs = tmp_path / "runs"
+    for name in ("limited-transformer-s0", "limited-transformer-s1", "limited-top1_element-s0"):
+        shutil.copytree(ROOT / "docs" / "results" / "runs" / name, runs / name)
+    records = [report.load(p) for p in sorted(runs.iterdir())]
+    text = report.page(records)
+    missing = [r.name for r in report.STUDY if r.name not in {x.name for x in records}]
+    assert f"Not run yet ({len(missing)} of the study's {len(report.STUDY)} runs)" in text
+    assert "| top1_element | pass |" in text
