@@ -407,6 +407,26 @@ def page(records: list[Record]) -> str:
         "",
         *run_table(records),
         "",
+        "## Rerunning",
+        "",
+        "The study is resumable: `experiments/study.py run` skips every run whose records are in "
+        "`docs/results/runs/`, so a later session runs only what is missing, in the study's order. With the "
+        "device tool (calls of at most 10 minutes carrying at most 64 MiB):",
+        "",
+        "```",
+        "bash experiments/stage_data.sh CORPUS           # .study/a and .study/b: the data in two parts, the code domain",
+        "# on the GPU machine, call after call (the study runs in the background between them):",
+        "bash experiments/study_gpu.sh stage             # carry .study/a and .whl (the wheels docs/training.md names)",
+        "bash experiments/study_gpu.sh start 2 22        # carry .study/b; 2 GPUs; start no run after 22 minutes",
+        "bash experiments/study_gpu.sh poll 560          # repeat; each call returns study_records.tar.gz",
+        "# here: unpack the last tarball's records/ into docs/results/runs/, then",
+        "python experiments/report.py",
+        "```",
+        "",
+        "On any machine with GPUs and the corpus on disk, `python experiments/study.py run --data DATA --runs RUNS "
+        "--gpus N` does the same in one command, and `python experiments/study.py collect --runs RUNS` copies the "
+        "records in.",
+        "",
         "## What this scale can and cannot show",
         "",
         "- One pass over 59M tokens leaves a 110M model far from converged (training loss "
