@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 from dataclasses import dataclass
@@ -222,6 +223,22 @@ def refusal(rec: Record, length: int) -> str:
     return "failed (see train.log)"
 
 
+SELF_CHECK_FAILED = re.compile(r"seqdsl: mixer \S+: (\S+) failed its self-check here \((.*)\); running (.*) instead")
+
+
+def ran_path(rec: Record) -> str:
+    """The path the run's layers took: its `paths` event, unless its log shows a fast path's
+    self-check failing and the reference running instead. (Runs of the first round logged the
+    display plan in that case, not the fallback: seqdsl/lower/lm.py's describe_paths now
+    reports the plan the calls took.)"""
+    path = rec.events["paths"]["detail"].split("  ", 1)[1].split(" (")[0] if "paths" in rec.events else "?"
+    failed = SELF_CHECK_FAILED.search((rec.path / "train.log").read_text())
+    if failed and failed.group(3) == "the reference":
+        mixer = path.split(":")[0]
+        return f"`{mixer}: reference` (`{failed.group(1)}` failed its self-check: {failed.group(2)})"
+    return f"`{path}`"
+
+
 def run_table(records: list[Record]) -> list[str]:
     lines = ["| run | GPU | wall (train) | tokens | tokens/s | MFU | data wait | time to first step | path (every layer) |",
              "|---|---|---|---|---|---|---|---|---|"]
@@ -232,10 +249,10 @@ def run_table(records: list[Record]) -> list[str]:
         mfu = statistics.median(r["mfu"] for r in late if r.get("mfu") is not None)
         step_s = rec.config["batch"] * rec.config["seq_len"] / tps
         wait = statistics.median(r["data_wait_s"] for r in late) / step_s
-        path = rec.events["paths"]["detail"].split("  ", 1)[1].split(" (")[0] if "paths" in rec.events else "?"
+        path = ran_path(rec)
         lines.append(f"| {rec.name} | {attempt['gpu']} | {attempt['wall_s']:.0f} s | {rec.train[-1]['tokens']:,} | "
                      f"{tps:,.0f} | {100 * mfu:.1f}% | {100 * wait:.2f}% | "
-                     f"{rec.events['first_step']['seconds']:.0f} s | `{path}` |")
+                     f"{rec.events['first_step']['seconds']:.0f} s | {path} |")
     return lines
 
 

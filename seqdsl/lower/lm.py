@@ -236,10 +236,14 @@ class LanguageModel(nn.Module):
             self(tokens)
 
     def describe_paths(self, device: torch.device | str) -> list[tuple[int, str, str, str]]:
-        """[(layer, mixer name, path, reason)] this model takes on `device`."""
+        """[(layer, mixer name, path, reason)] this model takes on `device`: the plan its calls
+        took when it has run there (after self-checks, for the dtype it ran in), else the plan
+        the static facts give (`seqdsl lower`, before any call)."""
+        device = torch.device(device)
         rows = []
         for i, block in enumerate(self.blocks):
-            path, why = block.mixer.paths.plan(device)
+            paths = block.mixer.paths
+            path, why = paths.chosen.get(device.type) or paths.plan(device)
             rows.append((i, block.mixer.spec.name, path, why))
         return rows
 

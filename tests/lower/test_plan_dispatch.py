@@ -187,3 +187,24 @@ def test_dense_plans_run_sdpa_within_reach_and_the_restriction_past_it(slots, pa
         assert torch.allclose(out, ref_out, rtol=0, atol=1e-10)
         for name, grad in grads.items():
             assert torch.allclose(grad, ref_grads[name], rtol=1e-9, atol=1e-10), (T, name)
+
+
+def test_described_paths_are_the_plans_the_calls_took_not_the_display_plan(monkeypatch):
+    """A training run logs `describe_paths` after its first step. A self-check that fails only for
+    the dtype training runs in (fla refuses odd value widths in bfloat16) sends the calls to the
+    reference, while the display plan (no dtype, no self-check) still names the fast op: the
+    description must be what ran."""
+    real = PathChooser._make_plan
+
+    def make_plan(self, device, dtype):
+        if dtype is None:
+            return Plan("fla.chunk_simple_gla", "display: after a self-check")
+        return real(self, device, dtype)
+
+    monkeypatch.setattr(PathChooser, "_make_plan", make_plan)
+    lm = _lm("weights = linear", 64)
+    ((_, _, before, _),) = lm.describe_paths("cpu")
+    assert before == "fla.chunk_simple_gla"  # nothing ran yet: the static plan
+    lm(torch.zeros(1, 8, dtype=torch.long))
+    ((_, _, after, why),) = lm.describe_paths("cpu")
+    assert (after, why) == lm.blocks[0].mixer.paths.plan("cpu", torch.float32) and after == "reference.chunked"
