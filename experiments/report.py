@@ -455,6 +455,10 @@ def page(records: list[Record]) -> str:
         "paper; a gap that is present and beyond the seed spread is evidence for it at this scale.",
         f"- The seed spread comes from {len(seeds)} Transformer++ seeds; with so few, it underestimates the noise "
         "(the study plans three seeds of Transformer++ and of Mamba-2).",
+        "- Matching training loss compares a slower learner late in its run (more tokens seen, a lower learning "
+        "rate on the cosine) with Transformer++ early in its run. With evaluations 90 steps apart the matched "
+        "values are interpolated over stretches where the loss still falls fast. Both can move a gap by more "
+        "than the seed spread here; longer runs with more evaluations would shrink both effects.",
         "- Out-of-domain sets of a few hundred thousand tokens (books and StackExchange have less held-out text "
         "than the budget) are noisy per domain; the mean over the OOD domains is steadier.",
     ]
