@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+import time
 from pathlib import Path
 
 from seqdsl.errors import SeqError, SeqFileError
@@ -33,6 +35,27 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="autocast dtype (auto: bfloat16 on cuda, float32 on cpu)")
     parser.add_argument("--out", help="write the records as JSON here instead of appending them to "
                                       "the run's metrics.jsonl")
+    parser.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+class ProgressLines:
+    """`seqdsl eval`'s progress on stderr: the domain, forwards done and the time left, at most
+    every `every` seconds and when the last forward is done (a long evaluation at 8K context on
+    a reference path takes minutes; silence would look like a hang)."""
+
+    def __init__(self, every: float = 10.0, clock=time.monotonic):
+        self.every, self.clock = every, clock
+        self.start = self.shown = None
+
+    def __call__(self, done: int, total: int, domain: str) -> None:
+        now = self.clock()
+        if self.start is None:
+            self.start = now
+        if done < total and self.shown is not None and now - self.shown < self.every:
+            return
+        self.shown = now
+        timing = f", {now - self.start:.0f} s, about {(now - self.start) / done * (total - done):.0f} s left" if done else ""
+        print(f"evaluating {domain}: forward {done}/{total}{timing}", file=sys.stderr, flush=True)
 
 
 def _positive(value: int | None, flag: str) -> None:
@@ -64,7 +87,8 @@ def run(args: argparse.Namespace) -> int:
     seq_len = args.seq_len or ckpt.config.get("seq_len") or lm.spec.context
     batch = args.batch_size or ckpt.config.get("eval_batch") or 8
     records = evaluate_records(lm, sets, step=ckpt.step, tokens=ckpt.tokens, seq_len=seq_len, batch_size=batch,
-                               device=device, autocast_dtype=autocast_dtype(args.dtype, device))
+                               device=device, autocast_dtype=autocast_dtype(args.dtype, device),
+                               progress=None if args.quiet else ProgressLines())
     print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
           f"seq_len {seq_len}, device {device}")
     print(table(records))

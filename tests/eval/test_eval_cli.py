@@ -232,3 +232,29 @@ def test_eval_of_an_unknown_domain_is_one_message(tmp_path, capsys):
     assert main(["eval", str(run), "--domains", "docstring"]) == 2
     err = capsys.readouterr().err
     assert "unknown domain `docstring`" in err and "docstrings" in err and "Traceback" not in err
+
+
+def test_cli_shows_progress_on_stderr_unless_quiet(tmp_path, monkeypatch, capsys):
+    run, _ = write_run(tmp_path)
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    assert main(["eval", str(run), "--out", str(tmp_path / "a.json")]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    first, last = lines[0].split("/")[-1], lines[-1].split(", ")[0].split("/")[-1]
+    assert lines[0] == f"evaluating prose: forward 0/{first}"  # the domains in the sets' order
+    assert lines[-1].startswith(f"evaluating code: forward {last}/{last}, ") and first == last, lines
+    assert main(["eval", str(run), "--out", str(tmp_path / "b.json"), "--quiet"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_progress_lines_are_at_most_one_per_interval_and_the_last(capsys):
+    from seqdsl.cli.eval import ProgressLines
+
+    now = [0.0]
+    lines = ProgressLines(every=10.0, clock=lambda: now[0])
+    for done, t in ((1, 1.0), (2, 5.0), (3, 12.0), (4, 13.0), (5, 14.0)):
+        now[0] = t
+        lines(done, 5, "code")
+    shown = capsys.readouterr().err.splitlines()
+    assert shown == ["evaluating code: forward 1/5, 0 s, about 0 s left",
+                     "evaluating code: forward 3/5, 11 s, about 7 s left",
+                     "evaluating code: forward 5/5, 13 s, about 0 s left"]
