@@ -1,5 +1,5 @@
-"""The comparison plot: training loss (x) against OOD loss (y), one panel per OOD domain, one
-curve per run, evaluations joined in step order; dotted vertical lines, named in each panel's
+"""The comparison plot: training loss (x) against OOD loss (y), one panel per OOD domain (the
+training domains' held-out loss when no run has an OOD evaluation), one curve per run, evaluations joined in step order; dotted vertical lines, named in each panel's
 legend, mark the levels of the matched-loss table. Rendered with matplotlib's Agg backend (no display needed)."""
 
 from __future__ import annotations
@@ -45,16 +45,18 @@ def plot(cmp: Comparison, path: str | Path) -> Path:
 def figure(cmp: Comparison):
     """The comparison's matplotlib figure (the caller closes it)."""
     plt = _pyplot()
-    domains = cmp.domains
+    # OOD panels; runs evaluated on their training domain only get its held-out panels instead
+    in_domain = not cmp.domains
+    domains = cmp.in_domains if in_domain else cmp.domains
     if not domains:
-        raise SeqError("no OOD evaluations to plot",
-                       hint="runs need eval records with in_domain = false in metrics.jsonl")
+        raise SeqError("no evaluations to plot",
+                       hint="runs need eval records (kind = eval) after a training step in metrics.jsonl")
     cols = min(3, len(domains))
     rows = math.ceil(len(domains) / cols)
     fig, axes = plt.subplots(rows, cols, figsize=(5.2 * cols, 4.2 * rows), squeeze=False)
     for ax, domain in zip(axes.flat, domains):
         for c in cmp.curves:
-            points = c.domains.get(domain, ())
+            points = (c.in_domain if in_domain else c.domains).get(domain, ())
             if not points:
                 continue
             style = dict(linewidth=2.2) if c.run.name == cmp.baseline else dict(linewidth=1.4)
@@ -65,9 +67,10 @@ def figure(cmp: Comparison):
         for k, level in enumerate(cmp.levels):  # one legend entry names every level line
             ax.axvline(level, color="grey", linestyle=":", linewidth=1,
                        label=level_legend(cmp) if k == 0 else "_nolegend_")
-        ax.set_title(f"OOD: {domain}")
+        kind = "in-domain, held out" if in_domain else "OOD"
+        ax.set_title(f"{kind}: {domain}")
         ax.set_xlabel("training loss (nats/token)")
-        ax.set_ylabel(f"OOD {cmp.metric} ({UNIT[cmp.metric]})")
+        ax.set_ylabel(f"{kind} {cmp.metric} ({UNIT[cmp.metric]})")
         ax.invert_xaxis()  # training proceeds left to right
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -80,14 +80,32 @@ def test_runs_without_a_shared_range_get_no_levels_but_a_reason_and_a_plot(tmp_p
     assert plot(cmp, tmp_path / "p.png").stat().st_size > 0
 
 
-def test_runs_without_ood_evaluations_cannot_be_plotted(tmp_path):
+def test_runs_without_evaluations_cannot_be_plotted(tmp_path):
     run = tmp_path / "r"
     run.mkdir()
     (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 1, "loss": 3.0}) + "\n")
     cmp = compare([read_run(run)])
     assert "nothing to compare" in cmp.note
-    with pytest.raises(SeqError, match="no OOD evaluations to plot"):
+    with pytest.raises(SeqError, match="no evaluations to plot"):
         plot(cmp, tmp_path / "p.png")
+
+
+def test_runs_evaluated_in_domain_only_are_plotted_on_their_held_out_text(tmp_path):
+    run = tmp_path / "r"
+    run.mkdir()
+    rows = [{"kind": "train", "step": s, "tokens": s, "loss": 5 - s / 10} for s in range(1, 11)]
+    rows += [{"kind": "eval", "step": s, "tokens": s, "domain": "blogs", "in_domain": True, "loss": 5 - s / 9,
+              "bpb": 1.0, "seq_len": 16} for s in (2, 6, 10)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = figure(compare([read_run(run)]))
+    try:
+        [ax] = [a for a in fig.axes if a.get_visible()]
+        assert ax.get_title() == "in-domain, held out: blogs"
+        assert list(ax.lines[0].get_ydata()) == pytest.approx([5 - s / 9 for s in (2, 6, 10)])
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
 
 
 def test_training_loss_is_the_mean_of_the_last_window_records(tmp_path):
