@@ -433,12 +433,16 @@ def page(records: list[Record]) -> str:
         "```",
         "bash experiments/stage_data.sh CORPUS           # .study/a and .study/b: the data in two parts, the code domain",
         "# on the GPU machine, call after call (the study runs in the background between them):",
-        "bash experiments/study_gpu.sh stage             # carry .study/a and .whl (the wheels docs/training.md names)",
+        "bash experiments/study_gpu.sh stage             # carry .study/a, .whl (the wheels docs/training.md names), .sdist",
         "bash experiments/study_gpu.sh start 2 22        # carry .study/b; 2 GPUs; start no run after 22 minutes",
         "bash experiments/study_gpu.sh poll 560          # repeat; each call returns study_records.tar.gz",
         "# here: unpack the last tarball's records/ into docs/results/runs/, then",
         "python experiments/report.py",
         "```",
+        "",
+        "`.sdist/` holds mamba-ssm's sdist (docs/mamba.md says how to fetch it): the stage call builds it for the "
+        "GPU in the background, so Mamba-2 runs on mamba-ssm's SSD kernels; without it, on the chunked reference "
+        "(the first round had none: its Mamba-2 trained at 0.30x Transformer++, docs/training.md).",
         "",
         "On any machine with GPUs and the corpus on disk, `python experiments/study.py run --data DATA --runs RUNS "
         "--gpus N` does the same in one command, and `python experiments/study.py collect --runs RUNS` copies the "

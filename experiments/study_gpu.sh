@@ -3,7 +3,8 @@
 # 10 minutes and carry at most 64 MiB: the data travels in two parts (.study/a, .study/b: domain
 # folders and tokenizers/, made by the commands in docs/results.md, "Rerunning"), the study runs
 # in the background across calls, and each call brings back the records finished so far.
-#   bash experiments/study_gpu.sh stage           # carry .study/a and .whl: data part 1, packages
+#   bash experiments/study_gpu.sh stage           # carry .study/a, .whl and .sdist: data part 1, packages,
+#                                                 # mamba-ssm built in the background (about 3 minutes)
 #   bash experiments/study_gpu.sh start GPUS MIN  # carry .study/b: part 2, the token cache, then the
 #                                                 # study in the background (no run starts after MIN
 #                                                 # minutes), then poll as below
@@ -50,14 +51,30 @@ poll() {
     tar -czf "$out/study_records.tar.gz" -C "$root" records partial study.log $(cd "$root" && ls prepare_*.log 2> /dev/null)
 }
 
+build_mamba() {  # Mamba-2 on mamba-ssm's SSD kernels, else the chunked reference (docs/mamba.md)
+    local sdist=(.sdist/mamba_ssm-*.tar.gz)
+    [ -e "${sdist[0]}" ] || { echo "no mamba-ssm sdist in .sdist/: Mamba-2 runs on the chunked reference"; return; }
+    setsid nohup python benchmarks/build_mamba_ssm.py --sdist "${sdist[0]}" --jobs 32 --install \
+        > "$root/build_mamba.log" 2>&1 < /dev/null &
+    echo "building mamba-ssm in the background ($root/build_mamba.log)"
+}
+
+wait_mamba() {  # the study must not plan Mamba-2 while mamba-ssm is half installed
+    local waited=0
+    while pgrep -f "[b]uild_mamba_ssm.py" > /dev/null && [ "$waited" -lt 300 ]; do sleep 5; waited=$((waited + 5)); done
+    [ -f "$root/build_mamba.log" ] && tail -n 2 "$root/build_mamba.log"
+    python -c "import mamba_ssm; print('mamba-ssm', mamba_ssm.__version__)" 2> /dev/null || echo "mamba-ssm not importable"
+}
+
 case "${1:-}" in
-    stage) stage; install ;;
+    stage) stage; install; build_mamba ;;
     start)
         stage
         nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
         /usr/bin/time -f "prepare limited: %e s wall" python experiments/study.py prepare --data "$data" --setting limited \
             > "$root/prepare_limited.log" 2>&1
         tail -n 9 "$root/prepare_limited.log"
+        wait_mamba
         setsid nohup python experiments/study.py run --data "$data" --runs "$runs" --gpus "$2" \
             --until "$(($(date +%s) + 60 * $3))" > "$root/study.log" 2>&1 < /dev/null &
         # the mixed setting's cache (every domain's training text) while the first runs compile
