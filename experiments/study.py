@@ -87,26 +87,34 @@ def eval_command(out: Path, seq_len: int) -> list[str]:
             "--out", str(out / f"eval_seq{seq_len}.json")]
 
 
-def finished(out: Path) -> bool:
-    """The run's last evaluation (at its last step) is in its metrics."""
+def _records(out: Path) -> tuple[int, list[dict]] | None:
+    """(steps the run is configured for, its metrics records), or None before it has any."""
     try:
         steps = json.loads((out / "config.json").read_text())["steps"]
-        lines = (out / "metrics.jsonl").read_text().splitlines()
+        return steps, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     except (OSError, KeyError, json.JSONDecodeError):
-        return False
-    return any(r.get("kind") == "eval" and r.get("step") == steps for r in map(json.loads, lines))
+        return None
+
+
+def finished(out: Path) -> bool:
+    """The run's last evaluation (at its last step) is in its metrics."""
+    read = _records(out)
+    return read is not None and any(r.get("kind") == "eval" and r.get("step") == read[0] for r in read[1])
 
 
 def progress(out: Path) -> str:
+    read = _records(out)
+    if read is None:
+        return "not started"
     if finished(out):
         return "finished"
-    try:
-        steps = json.loads((out / "config.json").read_text())["steps"]
-        last = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    except (OSError, KeyError, json.JSONDecodeError):
-        return "not started"
-    trained = [r for r in last if r.get("kind") == "train"]
-    return f"step {trained[-1]['step']}/{steps}" if trained else "starting"
+    trained = [r for r in read[1] if r.get("kind") == "train"]
+    return f"step {trained[-1]['step']}/{read[0]}" if trained else "starting"
+
+
+# `seqdsl eval` exits 2 on a user error: a model that cannot be evaluated at that length says so
+# (random keys have parameters per position), which is an answer, not a failure to retry
+ANSWERED = (0, 2)
 
 
 def gpu_name(index: int) -> str:
@@ -153,7 +161,7 @@ def execute(run: Run, gpu: int, args: argparse.Namespace, say) -> None:
     lengths = meta.setdefault("lengths", {})
     for factor in LENGTHS:
         length = seq_len * factor
-        if str(length) in lengths and lengths[str(length)]["rc"] == 0:
+        if str(length) in lengths and lengths[str(length)]["rc"] in ANSWERED:
             continue
         cmd = eval_command(out, length)
         rc, seconds = timed(cmd, env, out / "train.log")
@@ -200,7 +208,7 @@ def lengths_done(out: Path) -> bool:
         lengths = json.loads((out / "study.json").read_text()).get("lengths", {})
     except (OSError, json.JSONDecodeError):
         return False
-    return len(lengths) == len(LENGTHS)  # tried at every length (a refusal is an answer too)
+    return len(lengths) == len(LENGTHS) and all(m["rc"] in ANSWERED for m in lengths.values())
 
 
 def select(only: list[str] | None) -> list[Run]:
