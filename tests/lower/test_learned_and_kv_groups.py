@@ -84,9 +84,9 @@ def test_a_learned_temperature_below_the_bound_acts_as_the_bound():
     q = torch.randn(1, 9, 2, 32, dtype=torch.float64)
     with torch.no_grad():
         m.log_temperature.fill_(-30.0)  # 9e-14
-        below = m._learned_q(q)
+        below = m.mixing.learned(m, q)
         m.log_temperature.fill_(math.log(1e-6))
-        at_bound = m._learned_q(q)
+        at_bound = m.mixing.learned(m, q)
     assert rel_error(below, at_bound) < 1e-12 and rel_error(at_bound, q * 1e6) < 1e-12
 
 
