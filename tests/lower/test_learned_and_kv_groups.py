@@ -67,6 +67,13 @@ def test_learned_values_start_where_the_fixed_ones_are():
     assert rel_error(learned(x)[0], fixed(x)[0]) < 1e-12
 
 
+def test_learned_values_start_at_their_init():
+    m = module("mixer f { heads = 4  head_dim = 16  relation = dot(scale = learned(0.2))"
+               "  weights = softmax(temperature = learned(0.5)) }")
+    assert torch.allclose(m.log_scale.exp(), torch.full((4,), 0.2, dtype=m.log_scale.dtype))
+    assert torch.allclose(m.log_temperature.exp(), torch.full((4,), 0.5, dtype=m.log_temperature.dtype))
+
+
 def test_learned_temperature_stays_positive_and_trains():
     m = module("mixer f { heads = 2  head_dim = 32  weights = softmax(temperature = learned(1.0)) }")
     x = torch.randn(1, 5, D, dtype=torch.float64)
