@@ -139,8 +139,8 @@ class InputStage:
         """Depthwise causal conv over time, then SiLU, with the last size-1 inputs carried across
         calls. A sum over the taps in the (B, T, C) layout, on every device: F.conv1d wants
         (B, C, T), and its transposes and depthwise kernels cost as much on a GPU as the taps
-        fused by inductor, and far more on a CPU for decoding's few tokens (measured: docs/mamba.md,
-        the fourth GPU round)."""
+        fused by inductor, and far more on a CPU for decoding's few tokens (docs/mamba.md, the
+        fourth GPU round)."""
         size = self.plan.conv
         if size is None:
             return u, None
