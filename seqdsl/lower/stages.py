@@ -70,7 +70,7 @@ class MixerState:
 FRESH = MixerState()
 
 
-def linear(p: ir.Linear) -> nn.Linear:
+def _linear(p: ir.Linear) -> nn.Linear:
     return nn.Linear(p.inputs, p.outputs, bias=p.bias)
 
 
@@ -100,7 +100,7 @@ class InputStage:
         if plan.shift:
             owner.register_parameter("shift_mix", nn.Parameter(torch.full((3, plan.width), 0.5)))
         for p in plan.projections:
-            owner.add_module(p.name, linear(p))
+            owner.add_module(p.name, _linear(p))
         if plan.conv is not None:
             owner.register_parameter("conv_weight", nn.Parameter(torch.randn(plan.channels, plan.conv) / plan.conv))
 
@@ -279,14 +279,14 @@ class DecayStage:
                 owner.register_buffer("const_log_decay", torch.tensor(log_gammas, dtype=torch.float64),
                                       persistent=False)
             case ir.ScalarDecay(step=step):
-                owner.add_module(step.name, linear(step))
+                owner.add_module(step.name, _linear(step))
                 owner.register_parameter("A_log", nn.Parameter(torch.zeros(layout.heads)))
             case ir.GateDecay(down=down, up=up):
-                owner.add_module(down.name, linear(down))
-                owner.add_module(up.name, linear(up))
+                owner.add_module(down.name, _linear(down))
+                owner.add_module(up.name, _linear(up))
             case ir.SelectiveDecay(down=down, up=up, rates=rates):
-                owner.add_module(down.name, linear(down))
-                owner.add_module(up.name, linear(up))
+                owner.add_module(down.name, _linear(down))
+                owner.add_module(up.name, _linear(up))
                 owner.register_parameter("rate_log", nn.Parameter(torch.zeros(layout.heads, rates)))
             case _:
                 assert_never(plan)
@@ -450,7 +450,7 @@ class UpdateStage:
             case "bonus":
                 owner.register_parameter("bonus", nn.Parameter(torch.zeros(layout.heads, layout.key_dim)))
             case ir.DeltaRule(beta=p) | ir.Rwkv7Rule(a=p):
-                owner.add_module(p.name, linear(p))
+                owner.add_module(p.name, _linear(p))
             case _:
                 assert_never(plan)
 
@@ -553,8 +553,8 @@ class OutputStage:
             case _:
                 assert_never(plan.norm)
         if plan.gate is not None:
-            owner.add_module(plan.gate.proj.name, linear(plan.gate.proj))
-        owner.add_module(plan.proj.name, linear(plan.proj))
+            owner.add_module(plan.gate.proj.name, _linear(plan.gate.proj))
+        owner.add_module(plan.proj.name, _linear(plan.proj))
 
     def __call__(self, m: nn.Module, o: Tensor, x: Tensor) -> Tensor:
         """o (B, T, H, Dv), or Dv + 1 columns with the normaliser -> (B, T, D)."""
