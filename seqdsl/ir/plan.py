@@ -237,22 +237,46 @@ class MixerPlan:
 
     @property
     def linears(self) -> tuple[Linear, ...]:
-        """Every dense layer of the mixer."""
-        decay = self.mixing.decay
-        found: list[Linear | None] = [*self.inputs.projections]
-        found += [decay.step] if isinstance(decay, ScalarDecay) else []
-        found += [decay.down, decay.up] if isinstance(decay, (GateDecay, SelectiveDecay)) else []
-        update = self.mixing.update
-        found += [update.beta] if isinstance(update, DeltaRule) else []
-        found += [update.a] if isinstance(update, Rwkv7Rule) else []
-        found += [self.output.gate.proj if self.output.gate else None, self.output.proj]
-        return tuple(p for p in found if p is not None)
+        """Every dense layer of the mixer (what the FLOP count counts)."""
+        gate = (self.output.gate.proj,) if self.output.gate is not None else ()
+        return (self.inputs.projections + _decay_linears(self.mixing.decay)
+                + _update_linears(self.mixing.update) + gate + (self.output.proj,))
 
     @property
     def per_position(self) -> bool:
         """True when the mixer has parameters per position (a random key table, a distance
         table), so it cannot run past the context they were sized for."""
-        return isinstance(self.relation.keys, KeyTable) or self.relation.keys == "distances"
+        match self.relation.keys:
+            case KeyTable() | "distances":
+                return True
+            case "projected" | "learned":
+                return False
+            case _:
+                assert_never(self.relation.keys)
+
+
+def _decay_linears(decay: Decay) -> tuple[Linear, ...]:
+    match decay:
+        case None | FixedDecay():
+            return ()
+        case ScalarDecay():
+            return (decay.step,)
+        case GateDecay() | SelectiveDecay():
+            return (decay.down, decay.up)
+        case _:
+            assert_never(decay)
+
+
+def _update_linears(update: Update) -> tuple[Linear, ...]:
+    match update:
+        case "additive" | "bonus":
+            return ()
+        case DeltaRule():
+            return (update.beta,)
+        case Rwkv7Rule():
+            return (update.a,)
+        case _:
+            assert_never(update)
 
 
 def mixer_plan(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = None) -> MixerPlan:

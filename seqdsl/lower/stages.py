@@ -148,7 +148,9 @@ class InputStage:
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
-        out = sum(full[:, s:s + T] * weight[:, s] for s in range(size))
+        out = full[:, :T] * weight[:, 0]
+        for s in range(1, size):
+            out = out + full[:, s:s + T] * weight[:, s]
         return F.silu(out), full[:, full.shape[1] - (size - 1):]
 
     def reset(self, m: nn.Module, recipe: ir.Recipe, layer: int, n_layers: int) -> None:
@@ -312,10 +314,15 @@ class DecayStage:
     def selective(self, m: nn.Module, x: Tensor, mixed: RecurrentInputs) -> None:
         """Mamba-1's step size and rate, in float32 at least whatever autocast does: the step's
         exp and products."""
-        if isinstance(self.plan, ir.SelectiveDecay):
-            dtype = torch.promote_types(x.dtype, torch.float32)
-            mixed.dt = F.softplus(_module(m, self.plan.up)(_module(m, self.plan.down)(x)).to(dtype))
-            mixed.rate = -torch.exp(m.get_parameter("rate_log").to(dtype))
+        match self.plan:
+            case ir.SelectiveDecay(down=down, up=up):
+                dtype = torch.promote_types(x.dtype, torch.float32)
+                mixed.dt = F.softplus(_module(m, up)(_module(m, down)(x)).to(dtype))
+                mixed.rate = -torch.exp(m.get_parameter("rate_log").to(dtype))
+            case None | ir.FixedDecay() | ir.ScalarDecay() | ir.GateDecay():  # a log decay: `log_decay`
+                pass
+            case _:
+                assert_never(self.plan)
 
     def reset(self, m: nn.Module, recipe: ir.Recipe, layer: int, n_layers: int) -> None:
         H = self.layout.heads
@@ -457,9 +464,13 @@ class UpdateStage:
     def keys(self, q: Tensor, k: Tensor) -> tuple[Tensor, Tensor]:
         """Delta rules need unit-norm keys so that (I - beta k k^T) is a contraction; q is
         normalised too (DeltaNet's choice), and scaled after, so the scale survives."""
-        if isinstance(self.plan, ir.DeltaRule):
-            return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
-        return q, k
+        match self.plan:
+            case ir.DeltaRule():
+                return F.normalize(q, dim=-1), F.normalize(k, dim=-1)
+            case "additive" | "bonus" | ir.Rwkv7Rule():  # RWKV-7 normalises its removal key only
+                return q, k
+            case _:
+                assert_never(self.plan)
 
     def inputs(self, m: nn.Module, x: Tensor, mixed: RecurrentInputs) -> None:
         B, T, _ = x.shape
