@@ -63,5 +63,6 @@ def test_checkpoint_keys_and_outputs_are_as_recorded(recorded, path):
     assert diff <= TOL * max(1.0, torch.tensor(want["logits"]).abs().max().item()), diff
 
 
-if __name__ == "__main__":
-    FIXTURE.write_text(json.dumps({p.stem: record(p) for p in SPEC_FILES}, indent=0) + "\n")
+if __name__ == "__main__":  # one spec per line
+    FIXTURE.write_text("{\n" + ",\n".join(f"{json.dumps(p.stem)}: {json.dumps(record(p), separators=(',', ':'))}"
+                                          for p in SPEC_FILES) + "\n}\n")
