@@ -32,14 +32,13 @@ identity), G query/key groups, d d_model, V vocab, T training context, C chunk s
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Literal
 
 from seqdsl.ir import nodes
-from seqdsl.ir.key import KernelKey, kernel_key
-from seqdsl.ir.layout import head_layout
+from seqdsl.ir.key import KernelKey
+from seqdsl.ir.plan import MixerPlan, mixer_plan, swiglu_hidden
 
 Convention = Literal["causal", "dense"]
 CONVENTIONS: tuple[str, ...] = ("causal", "dense")
@@ -47,16 +46,6 @@ CONVENTIONS: tuple[str, ...] = ("causal", "dense")
 # Chunk length of the recurrent family's chunk-parallel kernels (fla's chunk_* ops and
 # seqdsl/reference/recurrent.py's chunked form both default to 64).
 RECURRENT_CHUNK = 64
-
-# Width of GLA's low-rank decay projection (seqdsl/lower/mixer.py: decay_down / decay_up).
-DECAY_RANK = 16
-
-
-def step_rank(d_model: int) -> int:
-    """Width of the low-rank step-size projection of `data_dependent(selective)`: Mamba-1's
-    `dt_rank = "auto"`, ceil(d_model / 16) (mamba_ssm/modules/mamba_simple.py)."""
-    return math.ceil(d_model / 16)
-
 
 @dataclass(frozen=True)
 class Flops:
@@ -217,54 +206,26 @@ def mixing_flops(key: KernelKey, seq_len: int, convention: Convention = "causal"
 # --- weights: projections, conv, MLP, head -------------------------------------------------------
 
 
-def projection_weights(mixer: nodes.Mixer, d_model: int) -> int:
-    """Weights of the mixer's dense layers (biases left out), as seqdsl/lower/mixer.py builds
+def projection_weights(plan: MixerPlan) -> int:
+    """Weights of the mixer's dense layers (biases left out), as its plan has the lowering build
     them: q/k/v/o projections, output gate, and the decay / beta / a projections."""
-    lay = head_layout(mixer, d_model)
-    H, Dk, Dv, d = lay.heads, lay.key_dim, lay.head_dim, d_model
-    n = d * (_qkv_channels(mixer, lay) + H * Dv)  # q, k, v in (shared groups counted once), o out
-    if not isinstance(mixer.gate, nodes.NoGate):
-        n += d * H * Dv
-    decay = mixer.decay
-    if isinstance(decay, nodes.DataDependentDecay):
-        n += {"scalar": d * H, "vector": d * DECAY_RANK + DECAY_RANK * H * Dk,
-              "selective": d * step_rank(d) + step_rank(d) * H}[decay.granularity]
-    if isinstance(mixer.update, nodes.Delta):
-        n += d * H
-    elif isinstance(mixer.update, nodes.Rwkv7):
-        n += d * H * Dk
-    return n
+    return sum(p.weights for p in plan.linears)
 
 
-def conv_flops(mixer: nodes.Mixer, d_model: int) -> Flops:
-    """The depthwise causal conv over q, k, v (token shift is elementwise: left out)."""
-    if not isinstance(mixer.conv, nodes.CausalConv):
+def conv_flops(plan: MixerPlan) -> Flops:
+    """The depthwise causal conv over the joined q, k, v projections (token shift is
+    elementwise: left out)."""
+    if plan.inputs.conv is None:
         return Flops(0.0, 0.0)
-    return matmul(_qkv_channels(mixer, head_layout(mixer, d_model)) * mixer.conv.size)
-
-
-def _qkv_channels(mixer: nodes.Mixer, lay) -> int:
-    """Width of the q, k, v projections as the lowering builds them: q has qk_groups heads (none
-    for a positional relation), k key_groups heads (only for dot), v kv_groups heads."""
-    rel = mixer.relation.kind
-    q = lay.qk_groups * lay.key_dim * (rel != "positional")
-    k = lay.key_groups * lay.key_dim * (rel == "dot")
-    return q + k + lay.kv_groups * lay.head_dim
+    return matmul(plan.inputs.channels * plan.inputs.conv)
 
 
 def mlp_weights(model: nodes.Model) -> int:
     if not isinstance(model.mlp, nodes.SwiGLU):
         return 0
-    hidden = mlp_hidden(model.mlp, model.d_model)
+    hidden = swiglu_hidden(model.mlp, model.d_model)
     # transformer: gate_up (d x 2h) + down (h x d); rwkv7 channel mix: key (d x h) + value (h x d)
     return (3 if model.block == "transformer" else 2) * model.d_model * hidden
-
-
-def mlp_hidden(mlp: nodes.SwiGLU, d_model: int) -> int:
-    """`swiglu(auto)`: 8/3 d_model rounded up to a multiple of 64 (as seqdsl/lower/lm.py)."""
-    if mlp.hidden != "auto":
-        return mlp.hidden
-    return 64 * -(-8 * d_model // (3 * 64))
 
 
 def flops_per_token(program: nodes.Program, model: nodes.Model, seq_len: int, *,
@@ -274,9 +235,9 @@ def flops_per_token(program: nodes.Program, model: nodes.Model, seq_len: int, *,
     zero = Flops(0.0, 0.0)
     proj, mix, mlp = zero, zero, zero
     for layer in range(model.layers):
-        mixer = program.mixer(model.mixer[layer % len(model.mixer)])
-        proj = proj + matmul(projection_weights(mixer, model.d_model)) + conv_flops(mixer, model.d_model)
-        mix = mix + mixing_flops(kernel_key(mixer, model.d_model), seq_len, convention)
+        plan = mixer_plan(program.mixer(model.mixer[layer % len(model.mixer)]), model.d_model)
+        proj = proj + matmul(projection_weights(plan)) + conv_flops(plan)
+        mix = mix + mixing_flops(plan.key, seq_len, convention)
         mlp = mlp + matmul(mlp_weights(model))
     # the output head is a d x V matmul whether or not it is tied to the embedding; the
     # embedding itself is a lookup

@@ -23,21 +23,29 @@ import math
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from typing_extensions import assert_never
+
 from seqdsl.ir import nodes
 from seqdsl.ir.layout import HeadLayout, head_layout
 
 Family = Literal["softmax", "select", "recurrent"]
+RelationKind = Literal["dot", "random_keys", "const_keys", "positional"]
+PositionKind = Literal["none", "rope", "alibi"]
+VisibilityKind = Literal["full", "window", "chunk_local"]
+WeightsKind = Literal["softmax", "linear", "normalized_linear"]
 DecayKind = Literal["none", "constant", "scalar", "vector", "selective"]
 UpdateKind = Literal["additive", "bonus", "delta", "rwkv7"]
 
 
-def feature_width(feature: str, d: int) -> int:
-    """Width of phi(x) for an input of width d (the reference's `feature_dim`, torch-free)."""
-    if feature in ("identity", "elu1", "relu"):
-        return d
-    if feature == "taylor":
-        return 1 + d + d * d
-    raise ValueError(f"unknown feature map {feature!r}")
+def feature_width(feature: nodes.FeatureMap, d: int) -> int:
+    """Width F of phi(x) for an input of width d (`seqdsl.reference.features` computes phi)."""
+    match feature:
+        case "identity" | "elu1" | "relu":
+            return d
+        case "taylor":
+            return 1 + d + d * d
+        case _:
+            assert_never(feature)
 
 
 @dataclass(frozen=True)
@@ -61,30 +69,30 @@ class KernelKey:
     head_dim: int  # Dv
     qk_groups: int  # G
     kv_groups: int  # K: heads share k and v in groups of H / K (H = no sharing); the cache holds K heads
-    feature: str  # phi: identity / elu1 / relu / taylor
+    feature: nodes.FeatureMap  # phi
     feature_dim: int  # F = width of phi(k)
-    relation: str  # dot / random_keys / const_keys / positional
+    relation: RelationKind
     qk_norm: bool
-    position: str  # none / rope / alibi
+    position: PositionKind
     # The factor applied to q.k by the path (1/sqrt(Dk) for `scale = auto`; 1 when the feature
     # map took the scale into q, as for Based's Taylor features).
     scale: float
     temperature: float  # softmax temperature (1.0 for the recurrent family)
     # softmax family
-    visibility: str  # full / window / chunk_local
+    visibility: VisibilityKind
     window: int | None  # window size, or chunk_local size, else None
     score_bias: bool  # an additive (H or B,H, L, L) bias: decay or positional relation (not ALiBi)
     select: SelectKey | None
     # recurrent family
-    weights: str  # softmax / linear / normalized_linear
+    weights: WeightsKind
     # constant, data-dependent scalar, per-channel vector, Mamba-1's selective step (per-head
     # step size x per-channel rate, the write scaled by the step); ALiBi adds a constant
     decay: DecayKind
     update: UpdateKind
     value_cols: int  # columns of v the state carries: Dv, + 1 normaliser for normalized_linear
     # Learned values (`learned(init)`): a per-head parameter (exp of an nn.Parameter) that the
-    # lowering folds into q before stage (3) (MixerModule._learned_q), so `scale` / `temperature`
-    # above are then 1: a kernel computes the same thing with or without these flags. They say
+    # lowering folds into q before stage (3) (seqdsl/lower/stages.py: LearnedFactor), so `scale`
+    # and `temperature` above are then 1: a kernel computes the same with or without these flags. They say
     # that q carries a trainable per-head factor (for naming, and for a kernel that might one
     # day take the factor as an input instead).
     learned_scale: bool
@@ -119,7 +127,7 @@ def _slug(key: KernelKey) -> str:
 def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
     rel = mixer.relation
     if feature != "identity":
-        return 1.0  # the feature map's input carries the scale (see MixerModule._features)
+        return 1.0  # the feature map's input carries the scale (`seqdsl.ir.plan.Relation.feature_scales`)
     if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
         return 1.0  # folded into q, per head
     if isinstance(rel, nodes.Dot) and rel.scale != "auto":
@@ -127,7 +135,7 @@ def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
     return 1.0 / math.sqrt(key_dim)
 
 
-def _fixed_temperature(weights: nodes.Primitive) -> float:
+def _fixed_temperature(weights: nodes.Weights) -> float:
     """The temperature the path divides by: the softmax's, 1 for the recurrent family and for a
     learned temperature (folded into q, per head)."""
     if isinstance(weights, nodes.Softmax) and not isinstance(weights.temperature, nodes.Learned):
@@ -135,37 +143,71 @@ def _fixed_temperature(weights: nodes.Primitive) -> float:
     return 1.0
 
 
-def _decay_kind(decay: nodes.Primitive) -> DecayKind:
-    if isinstance(decay, nodes.NoDecay):
-        return "none"
-    if isinstance(decay, nodes.ConstantDecay):
-        return "constant"
-    if isinstance(decay, nodes.DataDependentDecay):
-        return decay.granularity
-    raise TypeError(f"unhandled decay {decay!r}")  # exhaustiveness: tests/ir/test_exhaustive.py
+def _decay_kind(decay: nodes.Decay) -> DecayKind:
+    match decay:
+        case nodes.NoDecay():
+            return "none"
+        case nodes.ConstantDecay():
+            return "constant"
+        case nodes.DataDependentDecay():
+            return decay.granularity
+        case _:
+            assert_never(decay)
 
 
-def _update_kind(update: nodes.Primitive) -> UpdateKind:
-    if isinstance(update, nodes.Additive):
-        return "bonus" if update.bonus else "additive"
-    if isinstance(update, nodes.Delta):
-        return "delta"
-    if isinstance(update, nodes.Rwkv7):
-        return "rwkv7"
-    raise TypeError(f"unhandled update {update!r}")
+def _update_kind(update: nodes.Update) -> UpdateKind:
+    match update:
+        case nodes.Additive():
+            return "bonus" if update.bonus else "additive"
+        case nodes.Delta():
+            return "delta"
+        case nodes.Rwkv7():
+            return "rwkv7"
+        case _:
+            assert_never(update)
 
 
-def _select_key(select: nodes.Primitive) -> SelectKey | None:
-    if isinstance(select, nodes.NoSelect):
-        return None
-    if isinstance(select, nodes.Top):
-        chunked = isinstance(select.over, nodes.Chunk)
-        return SelectKey(
-            k=select.k, over="chunk" if chunked else "element",
-            chunk=select.over.size if chunked else None,
-            score=select.score if chunked else "max", local=select.local if chunked else False,
-            grad=select.grad, value_grad=select.value_grad)
-    raise TypeError(f"unhandled select {select!r}")
+def _select_key(select: nodes.Select) -> SelectKey | None:
+    match select:
+        case nodes.NoSelect():
+            return None
+        case nodes.Top():
+            return _top_key(select)
+        case _:
+            assert_never(select)
+
+
+def _top_key(top: nodes.Top) -> SelectKey:
+    over = top.over
+    match over:
+        case nodes.Element():  # the score, local: chunks only
+            return SelectKey(k=top.k, over="element", chunk=None, score="max", local=False, grad=top.grad,
+                             value_grad=top.value_grad)
+        case nodes.Chunk():
+            return SelectKey(k=top.k, over="chunk", chunk=over.size, score=top.score, local=top.local,
+                             grad=top.grad, value_grad=top.value_grad)
+        case _:
+            assert_never(over)
+
+
+def _feature(relation: nodes.Relation) -> nodes.FeatureMap:
+    match relation:
+        case nodes.Dot():
+            return relation.feature
+        case nodes.RandomKeys() | nodes.ConstKeys() | nodes.Positional():
+            return "identity"
+        case _:
+            assert_never(relation)
+
+
+def _window(visibility: nodes.Visibility) -> int | None:
+    match visibility:
+        case nodes.Full():
+            return None
+        case nodes.Window() | nodes.ChunkLocal():
+            return visibility.size
+        case _:
+            assert_never(visibility)
 
 
 def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = None) -> KernelKey:
@@ -173,7 +215,7 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
     not fit: `seqdsl.ir.layout.head_layout`)."""
     layout = layout or head_layout(mixer, d_model)
     rel = mixer.relation
-    feature = rel.feature if isinstance(rel, nodes.Dot) else "identity"
+    feature = _feature(rel)
     softmax = isinstance(mixer.weights, nodes.Softmax)
     select = _select_key(mixer.select)
     vis = mixer.visibility
@@ -186,7 +228,7 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
         qk_norm=isinstance(rel, nodes.Dot) and rel.qk_norm, position=mixer.position.kind,
         scale=_score_scale(mixer, feature, layout.key_dim),
         temperature=_fixed_temperature(mixer.weights),
-        visibility=vis.kind, window=getattr(vis, "size", None),
+        visibility=vis.kind, window=_window(vis),
         score_bias=softmax and (decay != "none" or isinstance(rel, nodes.Positional)),
         select=select, weights=mixer.weights.kind, decay=decay,
         update=_update_kind(mixer.update),

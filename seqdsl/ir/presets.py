@@ -51,8 +51,9 @@ import pydantic
 from seqdsl.errors import SeqError, one_of
 from seqdsl.ir import nodes
 from seqdsl.ir.conflicts import conflicts
-from seqdsl.ir.key import dense_at, kernel_key
+from seqdsl.ir.key import dense_at
 from seqdsl.ir.layout import HeadLayout, LayoutError, head_layout
+from seqdsl.ir.plan import mixer_plan
 
 
 class PresetError(SeqError):
@@ -269,8 +270,8 @@ def dense_change(before: nodes.Mixer, d_from: int, ctx_from: int,
                  after: nodes.Mixer, d_to: int, ctx_to: int) -> str:
     """A sentence when the resize makes the mixer dense attention or stops it being so
     (seqdsl.ir.key.dense_at); "" when that is unchanged."""
-    was = dense_at(kernel_key(before, d_from), ctx_from)
-    now = dense_at(kernel_key(after, d_to), ctx_to)
+    was = dense_at(mixer_plan(before, d_from).key, ctx_from)
+    now = dense_at(mixer_plan(after, d_to).key, ctx_to)
     if (was is None) == (now is None):
         return ""
     if now is not None:

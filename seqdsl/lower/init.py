@@ -3,62 +3,32 @@ them (docs/lowering.md, "Initialisation", has the table with sources).
 
 Shape legend: H heads, Dk key width (state rows), C = H * Dk key channels, D d_model.
 
-`recipe(mixer, head_dim)` names the family whose initialisation a spec gets, from the spec's
-slots alone; the functions below return the reference's initial tensors, in float64, for the
-lowering's parametrisation. Where the lowering parametrises a decay differently from the
-reference (the low-rank logsigmoid gate of `decay = data_dependent(vector)` stands in for
+The plan names the family whose initialisation a spec gets (`MixerPlan.init`, seqdsl/ir/plan.py,
+from the spec's slots alone); the functions below return that reference's initial tensors, in
+float64, for the lowering's parametrisation. Where the lowering parametrises a decay differently
+from the reference (the low-rank logsigmoid gate of `decay = data_dependent(vector)` stands in for
 Mamba-1's -exp(A_log) softplus(dt) and RWKV's -exp(w)), the gate's bias is set so that the
 *initial* per-step decays equal the reference's, and the gate's input weights start at zero where
 the reference's data-dependent part does (RWKV's LoRA w1 = 0).
 
-This module computes tensors; `MixerModule.reset_mixing_parameters` applies them.
+This module computes tensors; the stages' `reset` methods (seqdsl/lower/stages.py) apply them.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-from seqdsl.ir import nodes
-
-Recipe = Literal["mamba2", "gated_deltanet", "mamba1", "gla", "rwkv6", "rwkv7", "fixed", "none"]
+from seqdsl.ir.plan import Recipe
 
 # GLA's gate normaliser: log a = logsigmoid(W2 W1 x + b) / 16 (fla/layers/gla.py,
 # `gate_logit_normalizer`), the form of every per-channel decay in the lowering
 GATE_NORMALISER = 16.0
-GATE_RANK = 16  # GLA's `gate_low_rank_dim`
 
 # Mamba-1/2 and Gated DeltaNet: dt ~ log-uniform [DT_MIN, DT_MAX], floored at DT_FLOOR
 DT_MIN, DT_MAX, DT_FLOOR = 1e-3, 1e-1, 1e-4
-
-
-def recipe(mixer: nodes.Mixer, head_dim: int) -> Recipe:
-    """Which reference initialises this mixer's decay, read from its slots:
-
-    - data_dependent(selective): Mamba-1 (the slot is Mamba-1's selective step);
-    - data_dependent(scalar): Gated DeltaNet with the delta update, else Mamba-2 (the slot's
-      form, -exp(A) softplus(W x + b), is theirs);
-    - data_dependent(vector): RWKV-7 with update = rwkv7; RWKV-6 with the bonus (RWKV-6's u);
-      Mamba-1 with one value per head (head_dim = 1: every channel its own d_state-row state, the
-      selective SSM's layout); otherwise GLA (the slot's form is GLA's gate);
-    - constant: fixed values (RetNet's schedule or the given gamma), nothing to draw; none: none."""
-    decay, update = mixer.decay, mixer.update
-    if isinstance(decay, nodes.ConstantDecay):
-        return "fixed"
-    if not isinstance(decay, nodes.DataDependentDecay):
-        return "none"
-    if decay.granularity == "selective":
-        return "mamba1"
-    if decay.granularity == "scalar":
-        return "gated_deltanet" if isinstance(update, nodes.Delta) else "mamba2"
-    if isinstance(update, nodes.Rwkv7):
-        return "rwkv7"
-    if isinstance(update, nodes.Additive) and update.bonus:
-        return "rwkv6"
-    return "mamba1" if head_dim == 1 else "gla"
 
 
 # --- Mamba-1/2, Gated DeltaNet ------------------------------------------------------------------

@@ -29,17 +29,12 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from seqdsl.ir import nodes
+from seqdsl.ir.plan import swiglu_hidden
 from seqdsl.ir.presets import model_at
-from seqdsl.lower.mixer import FRESH, LoweringError, MixerModule, MixerState
+from seqdsl.lower.mixer import LoweringError, MixerModule
+from seqdsl.lower.stages import FRESH, MixerState
 
 log = logging.getLogger("seqdsl")
-
-
-def swiglu_hidden(mlp: nodes.SwiGLU, d_model: int) -> int:
-    """`swiglu(auto)`: 8/3 d_model rounded up to a multiple of 64 (LLaMA's rule)."""
-    if mlp.hidden != "auto":
-        return mlp.hidden
-    return 64 * math.ceil(8 * d_model / 3 / 64)
 
 
 class SwiGLU(nn.Module):

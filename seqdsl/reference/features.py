@@ -2,7 +2,7 @@
 
 Shape legend
     x       (..., D)        a query or key, last dim = head dim D
-    phi(x)  (..., F)        F = feature_dim(name, D)
+    phi(x)  (..., F)        F = seqdsl.ir.key.feature_width(name, D)
 
 The maps, numbered as in the code (names are the IR's `Dot.feature` values):
 
@@ -22,20 +22,15 @@ from __future__ import annotations
 
 import math
 
+from typing import get_args
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-FEATURE_MAPS: tuple[str, ...] = ("identity", "elu1", "relu", "taylor")
+from seqdsl.ir.nodes import FeatureMap
 
-
-def feature_dim(name: str, d: int) -> int:
-    """Width F of phi(x) for an input of width d."""
-    if name in ("identity", "elu1", "relu"):
-        return d
-    if name == "taylor":
-        return 1 + d + d * d
-    raise ValueError(f"unknown feature map {name!r}; expected one of {FEATURE_MAPS}")
+FEATURE_MAPS: tuple[str, ...] = get_args(FeatureMap)
 
 
 def feature_map(x: Tensor, name: str) -> Tensor:

@@ -12,6 +12,7 @@ from seqdsl.ir import nodes
 from seqdsl.ir.flops import (
     flops_per_token, mfu, mixing_flops, mlp_weights, peak_bf16_flops, projection_weights)
 from seqdsl.ir.key import kernel_key
+from seqdsl.ir.plan import mixer_plan
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 from tests.spec_library import SPEC_FILES, SPEC_IDS, spec_model
@@ -33,7 +34,7 @@ def test_counted_dense_weights_are_the_lowered_model_weights(path):
     with torch.device("meta"):
         lm = LanguageModel(program, model)
     for block in lm.blocks:
-        assert projection_weights(block.mixer.spec, model.d_model) == linear_weights(block.mixer)
+        assert projection_weights(mixer_plan(block.mixer.spec, model.d_model)) == linear_weights(block.mixer)
         assert mlp_weights(model) == (linear_weights(block.mlp) if block.mlp is not None else 0)
     count = flops_per_token(program, model, 256)
     assert count.training > count.forward > 0
@@ -161,4 +162,4 @@ def test_counted_weights_follow_shared_projections(groups):
     model = program.model("lm")
     with torch.device("meta"):
         lm = LanguageModel(program, model)
-    assert projection_weights(program.mixer("m"), 64) == linear_weights(lm.blocks[0].mixer)
+    assert projection_weights(mixer_plan(program.mixer("m"), 64)) == linear_weights(lm.blocks[0].mixer)

@@ -8,7 +8,8 @@ linear-weights ones (features that keep the key width, and taylor's, which widen
 - either `seqdsl.ir.conflicts` lists it with a reason (and the lowering refuses to build it),
 - or it is handled everywhere: the kernel key is computed, every backend's support table
   answers (an op, or a reason in words), the checker runs its rules on it, and the lowering
-  builds it and runs a forward and a backward pass.
+  plans it (`seqdsl.ir.plan`, whose every match ends in `assert_never`), builds it and runs a
+  forward and a backward pass.
 """
 
 from __future__ import annotations

@@ -79,7 +79,7 @@ def test_scalar_decay_matches_the_recipe(name, a_low, weight_var):
 
     x = _inputs()
     with torch.no_grad():
-        got = torch.cat([m._log_decay(x).flatten() for m in mixers])
+        got = torch.cat([m.mixing.decay.log_decay(m, x).flatten() for m in mixers])
     # the recipe, sampled: log a = -A softplus(softplus^-1(dt) + noise)
     n = 400_000
     A_ref = a_low + (16.0 - a_low) * torch.rand(n, dtype=torch.float64)
@@ -97,9 +97,9 @@ def test_scalar_decay_matches_the_recipe(name, a_low, weight_var):
 def test_mamba1_initial_decay_is_s4d_real_times_log_uniform_dt():
     torch.manual_seed(0)
     m = _mixer("mamba")
-    zeros = lambda width: torch.zeros(1, 1, m.H, width)
+    zeros = lambda width: torch.zeros(1, 1, m.plan.layout.heads, width)
     with torch.no_grad():  # the selective step at zero input: log decay dt x rate, (H, Dk)
-        mixed = m._recurrent_inputs(torch.zeros(1, 1, D), zeros(m.Dk), zeros(m.Dk), zeros(m.Dv))
+        mixed = m.mixing.inputs(m, torch.zeros(1, 1, D), zeros(m.plan.layout.key_dim), zeros(m.plan.layout.key_dim), zeros(m.plan.layout.head_dim))
         log_decay = (mixed.dt[0, 0, :, None] * mixed.rate).double()
     H, Dk = log_decay.shape
     assert (H, Dk) == (2 * D, 16)
@@ -119,7 +119,7 @@ def test_gla_gate_matches_fla():
     m = _mixer("gla")
     x = _inputs()
     with torch.no_grad():
-        got = m._log_decay(x)
+        got = m.mixing.decay.log_decay(m, x)
     # fla/layers/gla.py with fla/models/modeling_utils.py _init_weights: both gate Linears
     # N(0, 0.02), bias 0, rank 16, / 16
     n = 200_000
@@ -173,11 +173,11 @@ def _rwkv7_reference(C: int, N: int, d_model: int, layer_id: int, n_layer: int):
 def test_rwkv6_initial_decay_bonus_and_shift_follow_the_layer_ramps(layer):
     torch.manual_seed(0)
     m = _mixer("rwkv6", layer)
-    C = m.H * m.Dk
-    maa, log_decay, faaaa = _rwkv6_reference(C, m.H, D, layer, N_LAYERS)
+    C = m.plan.layout.heads * m.plan.layout.key_dim
+    maa, log_decay, faaaa = _rwkv6_reference(C, m.plan.layout.heads, D, layer, N_LAYERS)
     with torch.no_grad():
-        got = m._log_decay(_inputs()).double()  # (B, T, H, Dk): the same for every token at first
-    assert torch.allclose(got, log_decay.view(m.H, m.Dk).expand_as(got), rtol=1e-4, atol=1e-7)
+        got = m.mixing.decay.log_decay(m, _inputs()).double()  # (B, T, H, Dk): the same for every token at first
+    assert torch.allclose(got, log_decay.view(m.plan.layout.heads, m.plan.layout.key_dim).expand_as(got), rtol=1e-4, atol=1e-7)
     assert torch.allclose(m.bonus.detach().double(), faaaa, atol=1e-6)
     assert torch.allclose(m.shift_mix.detach().double(), maa, atol=1e-6)
 
@@ -186,13 +186,13 @@ def test_rwkv6_initial_decay_bonus_and_shift_follow_the_layer_ramps(layer):
 def test_rwkv7_initial_decay_rate_and_shift_follow_the_layer_ramps(layer):
     torch.manual_seed(0)
     m = _mixer("rwkv7", layer)
-    C = m.H * m.Dk
-    maa, log_decay, a = _rwkv7_reference(C, m.Dk, D, layer, N_LAYERS)
+    C = m.plan.layout.heads * m.plan.layout.key_dim
+    maa, log_decay, a = _rwkv7_reference(C, m.plan.layout.key_dim, D, layer, N_LAYERS)
     x = _inputs()
     with torch.no_grad():
-        got = m._log_decay(x).double()
+        got = m.mixing.decay.log_decay(m, x).double()
         got_a = torch.sigmoid(m.a_proj(x)).double()
-    assert torch.allclose(got, log_decay.view(m.H, m.Dk).expand_as(got), rtol=1e-4, atol=1e-7)
+    assert torch.allclose(got, log_decay.view(m.plan.layout.heads, m.plan.layout.key_dim).expand_as(got), rtol=1e-4, atol=1e-7)
     assert torch.allclose(got_a, a.expand_as(got_a), atol=1e-6)
     assert torch.allclose(m.shift_mix.detach().double(), maa, atol=1e-6)
     # ln_x.weight = ((1 + layer_id) / n_layer) ** 0.7
@@ -207,7 +207,8 @@ def test_rwkv_decays_slow_down_with_depth(name):
     means = []
     for layer in (0, 6, 11):
         with torch.no_grad():
-            means.append(_mixer(name, layer)._log_decay(torch.zeros(1, 1, D)).mean().item())
+            m = _mixer(name, layer)
+            means.append(m.mixing.decay.log_decay(m, torch.zeros(1, 1, D)).mean().item())
     assert means[0] < means[1] < means[2]
 
 
@@ -230,17 +231,17 @@ def test_delta_rule_beta_matches_fla(name):
 def test_retnet_gammas_are_torchscale_schedule():
     m = _mixer("retnet")
     # torchscale/component/multiscale_retention.py: decay = log(1 - 2^(-5 - arange(H)))
-    want = torch.log(1 - 2 ** (-5 - torch.arange(m.H, dtype=torch.float64)))
+    want = torch.log(1 - 2 ** (-5 - torch.arange(m.plan.layout.heads, dtype=torch.float64)))
     assert torch.allclose(m.const_log_decay.double(), want, rtol=1e-12)
 
 
 def test_based_feature_map_is_the_taylor_kernel():
     """Based (HazyResearch/based, TaylorExp): phi(q).phi(k) = 1 + q.k/sqrt(d) + (q.k)^2 / (2d)."""
     m = _mixer("based").double()
-    q, k = torch.randn(2, 3, m.H, m.Dk, dtype=torch.float64).unbind(0)
-    fq, fk = m._features(q, k)
+    q, k = torch.randn(2, 3, m.plan.layout.heads, m.plan.layout.key_dim, dtype=torch.float64).unbind(0)
+    fq, fk = m.relation.features(q, k)
     dot = (q * k).sum(-1)
-    want = 1 + dot / math.sqrt(m.Dk) + dot**2 / (2 * m.Dk)
+    want = 1 + dot / math.sqrt(m.plan.layout.key_dim) + dot**2 / (2 * m.plan.layout.key_dim)
     assert torch.allclose((fq * fk).sum(-1), want, rtol=1e-12)
 
 
@@ -258,10 +259,10 @@ def test_language_model_init_keeps_the_recipes_and_passes_layers():
     n = len(lm.blocks)
     for layer, block in enumerate(lm.blocks):
         m = block.mixer
-        _, log_decay, faaaa = _rwkv6_reference(m.H * m.Dk, m.H, m.d_model, layer, n)
+        _, log_decay, faaaa = _rwkv6_reference(m.plan.layout.heads * m.plan.layout.key_dim, m.plan.layout.heads, m.d_model, layer, n)
         with torch.no_grad():
-            got = m._log_decay(torch.zeros(1, 1, m.d_model))[0, 0].double()
-        assert torch.allclose(got, log_decay.view(m.H, m.Dk), rtol=1e-4, atol=1e-7), layer
+            got = m.mixing.decay.log_decay(m, torch.zeros(1, 1, m.d_model))[0, 0].double()
+        assert torch.allclose(got, log_decay.view(m.plan.layout.heads, m.plan.layout.key_dim), rtol=1e-4, atol=1e-7), layer
         assert torch.allclose(m.bonus.detach().double(), faaaa, atol=1e-6), layer
 
 

@@ -19,7 +19,8 @@ import torch.nn.functional as F
 
 import seqdsl
 from seqdsl.ir import schedules
-from seqdsl.lower.mixer import MixerModule, segment_sums
+from seqdsl.lower.mixer import MixerModule
+from seqdsl.lower.stages import segment_sums
 from seqdsl.lower.paths import set_path
 from seqdsl.reference.attention import alibi_bias, attention_ref
 from tests.oracles.decayed_softmax import decayed_softmax_oracle, exact_segment_sums
@@ -132,7 +133,7 @@ def test_decayed_softmax_carries_its_last_bias_row_in_the_bias_dtype():
     m = _module(DECAYED, torch.bfloat16)
     with torch.no_grad():
         _, state = m(torch.randn(1, 5, D_MODEL, dtype=torch.bfloat16))
-        bias, row = m._score_bias(torch.randn(1, 2, D_MODEL, dtype=torch.bfloat16), state, 7)
+        bias, row = m.mixing.score_bias(m, torch.randn(1, 2, D_MODEL, dtype=torch.bfloat16), state, 7)
     assert state.decay_row.dtype == torch.float32 and state.decay_row.shape == (1, 2, 5)
     # only the two new queries' rows are built, over all 7 keys
     assert bias.dtype == torch.float32 and bias.shape == (1, 2, 2, 7) and row.shape == (1, 2, 7)
@@ -194,11 +195,11 @@ def test_a_decoding_step_builds_one_bias_row_not_the_square():
         seen.append(tuple(out.shape[-2:]))
         return out
 
-    import seqdsl.lower.mixer as mixer_module
+    import seqdsl.lower.stages as stages
 
     x = torch.randn(1, 9, D_MODEL, dtype=torch.float64)
     with torch.no_grad(), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mixer_module, "segment_sums", spy)
+        patch.setattr(stages, "segment_sums", spy)
         _, state = m(x[:, :8])
         m(x[:, 8:], state)
     assert seen == [(8, 8), (1, 9)]
@@ -210,9 +211,9 @@ def test_a_decoding_step_builds_one_bias_row_not_the_square():
 def _projections(m: MixerModule, x: torch.Tensor):
     B, T, _ = x.shape
     W = {name: p.detach().double() for name, p in m.named_parameters()}
-    q = (x @ W["q_proj.weight"].T).view(B, T, m.H, m.Dk) if "q_proj.weight" in W else None
-    k = (x @ W["k_proj.weight"].T).view(B, T, m.H, m.Dk) if "k_proj.weight" in W else None
-    v = (x @ W["v_proj.weight"].T).view(B, T, m.H, m.Dv)
+    q = (x @ W["q_proj.weight"].T).view(B, T, m.plan.layout.heads, m.plan.layout.key_dim) if "q_proj.weight" in W else None
+    k = (x @ W["k_proj.weight"].T).view(B, T, m.plan.layout.heads, m.plan.layout.key_dim) if "k_proj.weight" in W else None
+    v = (x @ W["v_proj.weight"].T).view(B, T, m.plan.layout.heads, m.plan.layout.head_dim)
     return W, q, k, v
 
 
@@ -225,10 +226,10 @@ def test_alibi_float64_matches_float64_oracle(path):
     with torch.no_grad():
         out, _ = m(x)
     W, q, k, v = _projections(m, x)
-    slopes = torch.tensor(schedules.alibi_slopes(m.H), dtype=torch.float64)
+    slopes = torch.tensor(schedules.alibi_slopes(m.plan.layout.heads), dtype=torch.float64)
     i = torch.arange(300, dtype=torch.float64)
     bias = -slopes[:, None, None] * (i[:, None] - i[None, :])
-    o = attention_ref(q, k, v, scale=1 / math.sqrt(m.Dk), bias=bias)
+    o = attention_ref(q, k, v, scale=1 / math.sqrt(m.plan.layout.key_dim), bias=bias)
     ref = o.reshape(1, 300, -1) @ W["o_proj.weight"].T
     # was 1.3e-8 (float32 slopes and positions)
     assert ((out - ref).norm() / ref.norm()).item() < 1e-13
@@ -256,7 +257,7 @@ def test_positional_float64_matches_float64_oracle(path):
     W, _, _, v = _projections(m, x)
     i = torch.arange(T)
     bias = W["distance_bias"][:, (i[:, None] - i[None, :]).clamp(min=0)]
-    zeros = torch.zeros(1, T, m.H, m.Dk, dtype=torch.float64)
+    zeros = torch.zeros(1, T, m.plan.layout.heads, m.plan.layout.key_dim, dtype=torch.float64)
     o = attention_ref(zeros, zeros, v, scale=1.0, bias=bias)
     ref = o.reshape(1, T, -1) @ W["o_proj.weight"].T
     # was 3.6e-8 on the SDPA path (it cast the bias to float32)

@@ -67,6 +67,13 @@ def test_learned_values_start_where_the_fixed_ones_are():
     assert rel_error(learned(x)[0], fixed(x)[0]) < 1e-12
 
 
+def test_learned_values_start_at_their_init():
+    m = module("mixer f { heads = 4  head_dim = 16  relation = dot(scale = learned(0.2))"
+               "  weights = softmax(temperature = learned(0.5)) }")
+    assert torch.allclose(m.log_scale.exp(), torch.full((4,), 0.2, dtype=m.log_scale.dtype))
+    assert torch.allclose(m.log_temperature.exp(), torch.full((4,), 0.5, dtype=m.log_temperature.dtype))
+
+
 def test_learned_temperature_stays_positive_and_trains():
     m = module("mixer f { heads = 2  head_dim = 32  weights = softmax(temperature = learned(1.0)) }")
     x = torch.randn(1, 5, D, dtype=torch.float64)
@@ -84,9 +91,9 @@ def test_a_learned_temperature_below_the_bound_acts_as_the_bound():
     q = torch.randn(1, 9, 2, 32, dtype=torch.float64)
     with torch.no_grad():
         m.log_temperature.fill_(-30.0)  # 9e-14
-        below = m._learned_q(q)
+        below = m.mixing.learned(m, q)
         m.log_temperature.fill_(math.log(1e-6))
-        at_bound = m._learned_q(q)
+        at_bound = m.mixing.learned(m, q)
     assert rel_error(below, at_bound) < 1e-12 and rel_error(at_bound, q * 1e6) < 1e-12
 
 

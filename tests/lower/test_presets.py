@@ -33,7 +33,7 @@ def test_every_spec_builds_at_every_preset(path, preset):
     assert {b.mixer.spec.name for b in lm.blocks} == set(model.mixer)  # every mixer keeps a layer
     for block in lm.blocks:
         mixer = block.mixer
-        inner = mixer.H * mixer.Dv
+        inner = mixer.plan.layout.heads * mixer.plan.layout.head_dim
         # the mixer's inner width keeps its ratio to d_model (110m is what the specs are written at)
         src = head_layout(program.mixer(mixer.spec.name), 768)
         assert inner * 768 == src.heads * src.head_dim * model.d_model
@@ -107,7 +107,7 @@ def test_gqa_keeps_its_ratio_of_query_to_key_heads():
     assert not tiny.not_kept
     with torch.device("meta"):  # and it builds: 4 query heads on one cached key/value head
         block = LanguageModel(tiny.program, tiny.model).blocks[0].mixer
-    assert (block.H, block.K) == (4, 1)
+    assert (block.plan.layout.heads, block.plan.layout.kv_groups) == (4, 1)
     # a ratio no halving can keep (3 per group in 2 heads) is said, not silent
     odd = model_at(seqdsl.loads("mixer q { heads = 12  kv_groups = 4 }").program, preset="tiny")
     assert odd.not_kept == ("mixer q: kv_groups 4 -> 1: 3 query heads per key/value head do not divide "
@@ -145,7 +145,7 @@ def test_model_names_follow_the_size():
 def test_build_lm_of_a_bare_mixer_resizes_its_explicit_heads():
     program = seqdsl.loads("mixer attn { heads = 12  head_dim = 64 }").program
     lm = build_lm(program)
-    assert lm.spec.d_model == 128 and lm.blocks[0].mixer.H == 2
+    assert lm.spec.d_model == 128 and lm.blocks[0].mixer.plan.layout.heads == 2
     assert lm.blocks[0].mixer.v_proj.weight.shape == (128, 128)  # not 128 -> 768
 
 

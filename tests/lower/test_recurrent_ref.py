@@ -19,7 +19,8 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from seqdsl.reference.features import feature_dim, feature_map
+from seqdsl.ir.key import feature_width
+from seqdsl.reference.features import feature_map
 from seqdsl.reference.recurrent import (
     STATE_GROUP, _pass_states, _scores, _sub_chunk, _vector_block, chunked_ref, parallel_ref, recurrent_ref)
 from tests.oracles.fla import fla_root
@@ -146,7 +147,7 @@ def test_taylor_features_expand_exp_to_second_order():
 def test_feature_dim_matches_feature_map(name):
     x = torch.randn(3, 5, dtype=F64)
     phi = feature_map(x, name)
-    assert phi.shape == (3, feature_dim(name, 5))
+    assert phi.shape == (3, feature_width(name, 5))
     if name == "elu1":
         assert (phi > 0).all()
     if name == "relu":

@@ -39,8 +39,8 @@ def decayed_softmax_oracle(m, x: Tensor) -> Tensor:
     x = x.double()
     B, T, _ = x.shape
     W = {name: p.detach().double() for name, p in m.named_parameters()}
-    q, k, v = ((x @ W[f"{n}_proj.weight"].T).view(B, T, m.H, -1) for n in "qkv")
+    q, k, v = ((x @ W[f"{n}_proj.weight"].T).view(B, T, m.plan.layout.heads, -1) for n in "qkv")
     log_decay = -torch.exp(W["A_log"]) * F.softplus(x @ W["dt_proj.weight"].T + W["dt_proj.bias"])
-    o = torch.cat([attention_ref(q[b:b + 1], k[b:b + 1], v[b:b + 1], scale=1 / math.sqrt(m.Dk),
+    o = torch.cat([attention_ref(q[b:b + 1], k[b:b + 1], v[b:b + 1], scale=1 / math.sqrt(m.plan.layout.key_dim),
                                  bias=exact_segment_sums(log_decay[b].T)) for b in range(B)])
     return o.reshape(B, T, -1) @ W["o_proj.weight"].T
