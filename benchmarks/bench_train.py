@@ -46,8 +46,8 @@ from seqdsl.ir.flops import mfu, peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
 from seqdsl.lower.paths import set_path  # noqa: E402
-from seqdsl.train.config import RunConfig  # noqa: E402
-from seqdsl.train.device import autocast_dtype, pick_device  # noqa: E402
+from seqdsl.run.config import RunConfig  # noqa: E402
+from seqdsl.run.device import autocast_dtype, pick_device  # noqa: E402
 from seqdsl.train.optim import optimizer_for  # noqa: E402
 from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402

@@ -145,7 +145,7 @@ MUTANTS = (
            'seqdsl/data/heldout.py', 'self.n_bytes += tokenizer.text_bytes(kept)',
            'self.n_bytes += len(kept)', tests=('tests/data',)),
     Mutant('bpb_drops_a_token', 'bits per byte over N - 1 tokens',
-           'seqdsl/eval/loss.py', 'bpb=loss * n / (math.log(2) * n_bytes)',
+           'seqdsl/run/loss.py', 'bpb=loss * n / (math.log(2) * n_bytes)',
            'bpb=loss * (n - 1) / (math.log(2) * n_bytes)', tests=('tests/data/test_guarantees.py', 'tests/eval')),
     Mutant('flops_recurrent_no_readout', 'recurrent FLOPs miss the q S read-out',
            'seqdsl/ir/flops.py', 'per_head += 2.0 * 2.0 * C * Fk',

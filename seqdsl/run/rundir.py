@@ -6,7 +6,7 @@ is the one `spec.seq` declares: training writes the resolved model there (resize
 with the tokenizer's vocabulary and the run's context), so it is built as it stands; the weights are then
 loaded strictly, so a checkpoint that does not fit its spec is refused. Its files are first
 checked against the SHA-256 digests in state.json by the same verifier `--resume` uses
-(seqdsl/train/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
+(seqdsl/run/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqdsl.errors import SeqError
-from seqdsl.train.checkpoint import LATEST, CheckpointError, intact_before, verify
+from seqdsl.run.checkpoint import LATEST, CheckpointError, intact_before, verify
 
 CHECKPOINTS = "checkpoints"
 WEIGHTS = "model.safetensors"
