@@ -98,7 +98,7 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
             times.append(dt)
     tokens_per_s = batch * seq / statistics.median(times)
     # the paths the steps took (after any self-check), not the static plan
-    paths = sorted({plan.path for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
+    paths = sorted({plan.op for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
                     if kind == device.type})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
             "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss,

@@ -239,8 +239,8 @@ class LanguageModel(nn.Module):
         """[(layer, mixer name, path, reason)] this model takes on `device`."""
         rows = []
         for i, block in enumerate(self.blocks):
-            path, why = block.mixer.paths.plan(device)
-            rows.append((i, block.mixer.spec.name, path, why))
+            plan = block.mixer.paths.plan(device)
+            rows.append((i, block.mixer.spec.name, plan.op, plan.reason))
         return rows
 
 

@@ -107,13 +107,13 @@ def build_model(ckpt: Checkpoint, device):
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    import seqdsl
     from seqdsl.ir.presets import model_at
     from seqdsl.lower.lm import LanguageModel
+    from seqdsl.passes.resolve import loads
 
     # spec.seq holds the model as trained (already resized to its preset, with the tokenizer's
     # vocabulary and the run's context): build it as it stands, never resize it again
-    program = seqdsl.loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
+    program = loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
     model = model_at(program).model
     # built normally (not on the meta device) so that buffers the checkpoint does not store,
     # such as ALiBi slopes, are computed as in training

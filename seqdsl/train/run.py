@@ -40,6 +40,7 @@ from seqdsl.train.prefetch import Batch, Prefetcher
 from seqdsl.train.setup import ResolvedModel, resolve_model
 from seqdsl.train.step import CausalLoss, apply_update, training_step
 from seqdsl.train.throughput import device_peak_flops, mfu_meter
+from seqdsl.version import __version__
 
 class TrainingStopped(SeqError):
     """The run cannot go on (a non-finite loss); the last good checkpoint is kept."""
@@ -201,7 +202,7 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
                     accumulation=accum, parallel=config.parallel if d.world > 1 else "single", device=device.type,
                     dtype=str(amp).removeprefix("torch.") if amp else "float32",
                     spec_digest=model.digest, torch_version=torch.__version__,
-                    seqdsl_version=_version())
+                    seqdsl_version=__version__)
     digest = _digest_to_match(resolved, loaded, out)
     parallel, optimizer = _wrap(config, lm, d, device, amp)
     position = _restore(loaded, lm, optimizer)
@@ -358,9 +359,3 @@ def _save(run: _Run, position: _Position, step: int, elapsed: float) -> None:
     state = {"tokens": position.tokens, "cursor": position.cursor.to_json(), "rng": checkpoint.rng_state(),
              "config_digest": run.digest, "elapsed": elapsed}
     checkpoint.save(run.ckpt_root, step, run.lm, run.optimizer, state, run.model.text, keep=run.config.keep_checkpoints)
-
-
-def _version() -> str:
-    from seqdsl import __version__
-
-    return __version__

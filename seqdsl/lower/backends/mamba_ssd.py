@@ -30,7 +30,7 @@ that are not projections (random or constant keys) are distinct per head: then G
 
 The kernels are mamba-ssm 2.3's private functions (`mamba_ssm.ops.triton.ssd_combined`), so the
 path is self-checked against the reference (outputs, final state, every input gradient) once per
-machine and versions before it is used, like fla's (seqdsl/lower/fla_paths.py).
+machine and versions before it is used, like fla's (fla.py).
 """
 
 from __future__ import annotations
@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
@@ -339,7 +340,6 @@ def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype,
     """Reference-style inputs for `steps` decoding steps of a batch of 2 (the SSD step flattens
     sequences and heads together), q and k shared within each of G groups, and a state. `decay`
     is the key's decay_shape: "none", "scalar" (a log decay) or "selective" (step sizes, rates)."""
-    from seqdsl.lower.paths import RecurrentInputs
 
     g = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
@@ -372,14 +372,13 @@ def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G:
 
 
 def _step_check(m, S0: Tensor, G: int, decay: str, tol: float) -> tuple[bool, str]:
-    from seqdsl.lower import selective_scan_paths
-    from seqdsl.lower.paths import RecurrentInputs
+    from seqdsl.lower.backends import mamba_scan
 
     up = lambda t: None if t is None else t.double()
     log_decay, v = up(m.log_decay), up(m.v)
     if decay == "selective":
         log_decay, v = rec_ref.selective_to_additive(m.dt.double(), m.rate.double(), v)
-        take_step = selective_scan_paths.grouped_step
+        take_step = mamba_scan.grouped_step
     else:
         take_step = grouped_step
     want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=up(S0))
