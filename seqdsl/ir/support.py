@@ -152,7 +152,7 @@ def triton(key: KernelKey) -> Support:
     if key.visibility != "full":
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
                              "(reference only)", ("visibility",), "`visibility = full`")
-    if sel.over == "chunk":
+    if sel.over == "chunk" and sel.chunk is not None:
         if chunk_tiling(sel.chunk):
             return _no("triton", chunk_tiling(sel.chunk), ("select", "over", "size"),
                        "a power of two from 16 to 128, e.g. 128", tiling=True)

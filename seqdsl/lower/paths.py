@@ -141,10 +141,14 @@ class PathChooser:
         if device.type != "cuda":
             verb = "runs" if len(accepted) == 1 else "run"
             return _reference(key, f"{' and '.join(str(v.op) for v in accepted)} {verb} on CUDA only")
-        usable, refused = [], []
+        usable: list[support.Support] = []
+        refused: list[str] = []
         for offer in accepted:
             known = backends.BACKENDS[_backend(offer)].known_refusal(key, str(offer.op))
-            (refused if known else usable).append(known or offer)
+            if known:
+                refused.append(known)
+            else:
+                usable.append(offer)
         if not usable:
             return _reference(key, "; ".join(refused))
         not_here = "".join(f"; not {v.op}: {why}" for v, why in zip(
@@ -160,7 +164,7 @@ class PathChooser:
         passed, failed = [], []
         for offer in usable:
             backend = backends.BACKENDS[_backend(offer)]
-            facts = {"op": offer.op, "dtype": dtype, "specialised_on": backend.facts(self.key)}
+            facts: dict[str, object] = {"op": offer.op, "dtype": dtype, "specialised_on": backend.facts(self.key)}
             ok, detail = verdicts.cached(facts, device, lambda: backend.self_check(self.key, str(offer.op), dtype,
                                                                                    device))
             if ok:

@@ -82,8 +82,8 @@ def _cuda():
 
 # The scan and its backward are torch.library custom ops around the extension's fwd and bwd (as
 # mamba's SelectiveScanFn calls them, without D, z and delta_bias), so that `torch.compile` sees
-# one opaque call: dynamo cannot trace a C++ extension and would break the graph there (a compiled
-# 110m Mamba-1 with CUDA graphs ran at 5K tokens/s, against 48K eager; H100, 2026-11-23).
+# one opaque call: dynamo cannot trace a C++ extension and would break the graph there, at every
+# block (docs/mamba.md, Measured, has what that cost).
 SCAN_CHUNK = 2048  # the extension keeps one state per 2048 steps: x (B, D, ceil(T / 2048), 2K)
 
 
@@ -111,7 +111,7 @@ def _scan_bwd_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, x:
     dout = torch.zeros_like(delta) if dout is None else dout.contiguous()
     grads = list(_cuda().bwd(u, delta, A, Bm, Cm, None, None, None, dout, x, None, None, False, False)[:5])
     if dlast is not None:
-        _, vjp = torch.func.vjp(final_state, u, delta, A, Bm)
+        vjp = torch.func.vjp(final_state, u, delta, A, Bm)[1]
         for i, extra in enumerate(vjp(dlast.float())):
             grads[i] = grads[i] + extra
     return tuple(grads)

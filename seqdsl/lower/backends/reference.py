@@ -8,6 +8,7 @@ to it. The recurrent family has two forms of it: `reference.chunked` (the defaul
 from __future__ import annotations
 
 from dataclasses import fields, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -84,6 +85,7 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
                                         temperature=key.temperature, grad=sel.grad,
                                         value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi)
     elif sel is not None:
+        assert sel.chunk is not None, "a chunk selection's key has its chunk size"
         out = top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
                                       temperature=key.temperature, score=sel.score, local=sel.local,
                                       grad=sel.grad)
@@ -104,9 +106,10 @@ _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delt
 @_in_float32
 def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
     if key.decay_shape == "selective":  # Mamba-1's step: rule (1) with a per-channel decay
+        assert m.dt is not None and m.rate is not None, "the selective decay comes as a step and a rate"
         log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, m.v, m.log_decay)
         m = replace(m, log_decay=log_decay, v=v, dt=None, rate=None)
-    kwargs = dict(log_decay=m.log_decay, beta=m.beta, update=_REFERENCE_UPDATE[key.update], bonus=m.bonus,
+    kwargs: dict[str, Any] = dict(log_decay=m.log_decay, beta=m.beta, update=_REFERENCE_UPDATE[key.update], bonus=m.bonus,
                   a=m.a, kappa=m.kappa, initial_state=S)
     if step or m.q.shape[1] == 1:
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)

@@ -43,12 +43,19 @@ class SdpaBackend:
             return _sdpa(dense.key, m, op)
         if key.family == "select":  # past the selection's reach
             return reference.attention_reference(key, m)
-        return _sdpa(key, m, support.sdpa(key).op)  # past the window: masked
+        return _sdpa(key, m, _op(key))  # past the window: masked
+
+
+def _op(key: KernelKey) -> str:
+    """The support table's SDPA op for a softmax key (it takes every one)."""
+    op = support.sdpa(key).op
+    assert op is not None, f"SDPA refuses {key!r}: {support.sdpa(key).reason}"
+    return op
 
 
 def op_for(key: KernelKey, device: torch.device) -> tuple[str, str]:
     """The SDPA op for a softmax key and how it is called, in words."""
-    op = support.sdpa(key).op
+    op = _op(key)
     how = "is_causal (flash/cuDNN eligible)" if op == CAUSAL and device.type == "cuda" \
         else "is_causal" if op == CAUSAL else "explicit mask"
     return op, how
