@@ -93,8 +93,8 @@ _GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
 def known_refusal(op: str, decay: str) -> str:
     """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
     [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass unless its TileLang
-    backend is installed. Seen on an H100 with Triton 3.6.0 on 2026-11-21
-    (benchmarks/results/fla_selfcheck_h100_2026-11-21.json). "" when fla would not refuse."""
+    backend is installed (seen on an H100 with Triton 3.6: docs/lowering.md, the fla self-check).
+    "" when fla would not refuse."""
     if op not in _GATED_DQKWG or decay == "none":
         return ""
     try:
