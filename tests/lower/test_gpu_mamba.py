@@ -200,7 +200,8 @@ def test_mamba1_decoding_steps_match_the_reference_step():
     key = _library_key("mamba")
     for dtype in (torch.float32, torch.bfloat16):
         ok, detail = mamba_ssd.step_self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
-                                                 mamba_ssd.groups(key), key.heads, "selective")
+                                                 mamba_ssd.groups(key), key.heads, "selective",
+                                                 mamba_scan.grouped_step)
         assert ok, (dtype, detail)
     inputs, S = mamba_ssd._step_inputs(key.feature_dim, key.value_cols, 1, 64, "selective", torch.float32,
                                          torch.device("cuda"), steps=5)

@@ -148,3 +148,31 @@ def test_the_decoding_self_check_holds_inside_the_callers_bf16_autocast(monkeypa
     finally:
         mamba_ssd.step_self_check.cache_clear()
     assert ok, why
+
+
+def test_the_backend_checks_each_ops_own_decoding_step(monkeypatch):
+    """MambaBackend.step_check runs the self-check through the step of the op the key takes:
+    Mamba-1's selective step through mamba_scan's, the SSD family's through mamba_ssd's, both on
+    the (stand-in) state-update kernel that mamba_ssd names."""
+    from seqdsl.lower import backends
+    from seqdsl.lower.backends import mamba_scan
+    from tests.ir.test_support import _library_key
+
+    def kernel(*args, **kwargs):
+        with torch.autocast("cpu", enabled=False):
+            return state_update(*args, **kwargs)
+
+    calls = []
+    for module in (mamba_ssd, mamba_scan):
+        real = module.grouped_step
+        monkeypatch.setattr(module, "grouped_step", lambda *a, real=real, module=module, **k:
+                            calls.append(module.__name__.rsplit(".", 1)[1]) or real(*a, **k))
+    monkeypatch.setattr(mamba_ssd, "state_update_kernel", lambda: kernel)
+    mamba_ssd.step_self_check.cache_clear()
+    try:
+        for name in ("mamba", "mamba2"):
+            ok, why = backends.MAMBA.step_check(_library_key(name), torch.float32, torch.device("cpu"))
+            assert ok, (name, why)
+    finally:
+        mamba_ssd.step_self_check.cache_clear()
+    assert calls == ["mamba_scan"] * 3 + ["mamba_ssd"] * 3

@@ -40,9 +40,11 @@ class MambaBackend:
                                     key.heads, key.decay_shape != "none")
 
     def step_check(self, key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        """The self-check of the decoding step's kernel (selective_state_update)."""
+        """The self-check of the decoding step's kernel (selective_state_update), through the
+        step of the op the key takes."""
+        take_step = mamba_scan.grouped_step if key.decay_shape == "selective" else mamba_ssd.grouped_step
         return mamba_ssd.step_self_check(dtype, device, key.feature_dim, key.value_cols, mamba_ssd.groups(key),
-                                         key.heads, key.decay_shape)
+                                         key.heads, key.decay_shape, take_step)
 
     def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
               step_checked: bool = False) -> tuple[Tensor, Tensor]:

@@ -49,7 +49,8 @@ from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
 from seqdsl.lower.inputs import RecurrentInputs
-from seqdsl.lower.backends.mamba_ssd import groups, state_update_kernel
+from seqdsl.lower.backends import mamba_ssd
+from seqdsl.lower.backends.mamba_ssd import groups
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
@@ -211,7 +212,7 @@ def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tens
     the selective step with G groups, through `selective_state_update` (`kernel` replaces it: a
     test's oracle with its in-place contract). Inference only: the kernel has no backward."""
 
-    kernel = kernel or state_update_kernel()
+    kernel = kernel or mamba_ssd.state_update_kernel()
     state, args = step_arguments(m, S, G)
     out = kernel(state, args.pop("x"), args.pop("dt"), args.pop("A"), args.pop("B"), args.pop("C"), **args)
     return out[:, None], state.transpose(-1, -2)

@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -101,6 +102,9 @@ def unchunk(ddA: Tensor, T: int) -> Tensor:
     B, H, c, l = ddA.shape
     return ddA.permute(0, 2, 3, 1).reshape(B, c * l, H)[:, :T]
 
+
+# one decoding step of G-grouped inputs on a state: (o, new state)
+StepFn = Callable[[RecurrentInputs, "Tensor | None", int], "tuple[Tensor, Tensor]"]
 
 # mamba's (x, log decay, B, C, initial state)
 SsdArguments = tuple[Tensor, "Tensor | None", Tensor, Tensor, "Tensor | None"]
@@ -360,32 +364,28 @@ def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype,
 
 @functools.lru_cache(maxsize=None)
 def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int,
-                    decay: str) -> tuple[bool, str]:
+                    decay: str, take_step: StepFn | None = None) -> tuple[bool, str]:
     """(True, "") when three chained decoding steps through `selective_state_update` match the
     reference recurrent step (each output and the new state) and leave the state they are given
-    unchanged, for steps of these widths, grouping and decay (the key's decay_shape: "none" and
-    "scalar" take the SSD path's step, "selective" the selective scan path's) on this machine;
-    else (False, why)."""
+    unchanged, for steps of these widths, grouping and decay (the key's decay_shape) on this
+    machine; else (False, why). `take_step` is the G-grouped step checked: this module's
+    `grouped_step` by default, mamba_scan's for the selective decay (MambaBackend passes it)."""
     H = min(H, 4 * G)
     m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
     # the reference in float64 and outside any autocast region: planning can run inside the
     # caller's bf16 autocast, and a float32 reference there (or under TF32) differs from the
     # exact float32 kernel by more than the tolerance (7e-3, H100, bf16 autocast)
     with torch.autocast(device.type, enabled=False):
-        return _step_check(m, S0, G, decay, selfcheck.TF32_TOLERANCE.get(dtype, 5e-3))
+        return _step_check(m, S0, G, decay, selfcheck.TF32_TOLERANCE.get(dtype, 5e-3), take_step or grouped_step)
 
 
-def _step_check(m, S0: Tensor, G: int, decay: str, tol: float) -> tuple[bool, str]:
-    from seqdsl.lower.backends import mamba_scan
-
+def _step_check(m: RecurrentInputs, S0: Tensor, G: int, decay: str, tol: float,
+                take_step: StepFn) -> tuple[bool, str]:
     up = lambda t: None if t is None else t.double()
     log_decay, v = up(m.log_decay), m.v.double()
     if decay == "selective":
         assert m.dt is not None and m.rate is not None, "the selective decay comes as a step and a rate"
         log_decay, v = rec_ref.selective_to_additive(m.dt.double(), m.rate.double(), v)
-        take_step = mamba_scan.grouped_step
-    else:
-        take_step = grouped_step
     want_o, want_S = rec_ref.recurrent_ref(m.q.double(), m.k.double(), v, log_decay=log_decay,
                                            initial_state=S0.double())
     rel = lambda x, y: ((x.double() - y).norm() / (y.norm() + 1e-12)).item()
