@@ -1,6 +1,7 @@
 """The import rule (docs/design.md §3), read off the source statically: every import, lazy ones
-inside functions included, runs downward through the layers below; the static core imports
-neither torch nor triton. A new package must be given a layer here before it can be imported."""
+inside functions included, runs downward through the layers below; no two modules import each
+other, even through others; the static core imports neither torch nor triton. A new package must
+be given a layer here before it can be imported."""
 
 from __future__ import annotations
 
@@ -85,6 +86,47 @@ def test_the_static_core_imports_neither_torch_nor_triton():
     heavy = [f"{_where(path, line)}: {module}" for unit, path in unit_files() if unit in STATIC
              for module, line in imports(path) if module.split(".")[0] in HEAVY]
     assert not heavy, "the static core imports:\n" + "\n".join(heavy)
+
+
+def _module_name(unit: str, path: Path) -> str:
+    base = SHIPPED[unit] if unit in SHIPPED else ROOT / "seqdsl"
+    parts = ["seqdsl", *([unit] if unit in SHIPPED else []), *path.relative_to(base).with_suffix("").parts]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_graph() -> dict[str, set[str]]:
+    """{module: the package's modules it imports}; `from a import b` imports module a.b when
+    there is one, else a."""
+    files = {_module_name(unit, path): path for unit, path in unit_files()}
+    graph: dict[str, set[str]] = {}
+    for name, path in files.items():
+        targets = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                targets |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                targets |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in files else node.module
+                            for a in node.names}
+        graph[name] = {t for t in targets if t in files and t != name}
+    return graph
+
+
+def test_no_module_imports_itself_through_others():
+    graph, state, cycles = module_graph(), {}, []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = "open"
+        for target in sorted(graph[module]):
+            if state.get(target) == "open":
+                cycles.append(" -> ".join(path[path.index(target):] + [module, target]))
+            elif target not in state:
+                visit(target, path + [module])
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [])
+    assert not cycles, "import cycles:\n" + "\n".join(cycles)
 
 
 def test_the_rule_catches_an_upward_import(tmp_path):
