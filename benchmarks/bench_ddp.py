@@ -48,7 +48,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-from seqdsl.train.checkpoint import step_name  # noqa: E402
+from seqdsl.run.checkpoint import step_name  # noqa: E402
 
 MODES = ("single", "ddp", "fsdp")
 

@@ -46,7 +46,8 @@ import seqdsl  # noqa: E402
 from seqdsl.ir.key import kernel_key  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
-from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference  # noqa: E402
+from seqdsl.lower.backends.reference import recurrent_reference
+from seqdsl.lower.inputs import RecurrentInputs  # noqa: E402
 from seqdsl.train.optim import adamw  # noqa: E402
 from seqdsl.train.run import CausalLoss  # noqa: E402
 
@@ -86,17 +87,17 @@ def _layer_runs(key, device: torch.device, chunks: tuple[int, ...] = ()) -> dict
     also at each chunk size of `chunks` (other than its default)."""
     runs = {}
     if device.type == "cuda" and key.decay_shape == "selective":  # mamba-ssm runs on CUDA only
-        from seqdsl.lower import selective_scan_paths
+        from seqdsl.lower.backends import mamba_scan
 
-        runs["mamba.selective_scan"] = lambda m: selective_scan_paths.run(key, m, None)
+        runs["mamba.selective_scan"] = lambda m: mamba_scan.run(key, m, None)
     elif device.type == "cuda":  # so does fla
-        from seqdsl.lower import fla_paths, mamba_paths
+        from seqdsl.lower.backends import fla as fla_backend, mamba_ssd
 
-        runs["mamba.ssd"] = lambda m: mamba_paths.run(key, m, None)
-        for chunk in (c for c in chunks if c != mamba_paths.CHUNK):
-            runs[f"mamba.ssd(chunk={chunk})"] = lambda m, chunk=chunk: mamba_paths.run(key, m, None, chunk)
-        runs["fla.chunk_simple_gla"] = lambda m: fla_paths.run("fla.chunk_simple_gla", m, None)
-    runs["reference.chunked"] = lambda m: _recurrent_reference(key, m, None, False)
+        runs["mamba.ssd"] = lambda m: mamba_ssd.run(key, m, None)
+        for chunk in (c for c in chunks if c != mamba_ssd.CHUNK):
+            runs[f"mamba.ssd(chunk={chunk})"] = lambda m, chunk=chunk: mamba_ssd.run(key, m, None, chunk)
+        runs["fla.chunk_simple_gla"] = lambda m: fla_backend.run("fla.chunk_simple_gla", m, None)
+    runs["reference.chunked"] = lambda m: recurrent_reference(key, m, None, False)
     return runs
 
 

@@ -75,11 +75,13 @@ def bench(name: str, batch: int, seq: int, d_model: int, device: torch.device) -
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         fast_out = step().detach()
-    path, why = layer.paths.describe().get(device.type, ("?", "?"))
+    plan = layer.paths.describe().get(device.type)
+    path, why = (plan.op, plan.reason) if plan else ("?", "?")
     fast_ms = _time(step, device)
     set_path(layer, "reference")
     ref_out = step().detach()
-    ref_path = layer.paths.describe().get(device.type, ("?", "?"))[0]
+    ref_plan = layer.paths.describe().get(device.type)
+    ref_path = ref_plan.op if ref_plan else "?"
     ref_ms = _time(step, device)
     err = ((fast_out - ref_out).norm() / ref_out.norm()).item()
     return {"spec": name, "path": path, "reason": why, "reference_path": ref_path,

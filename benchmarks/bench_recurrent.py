@@ -6,7 +6,7 @@
     python benchmarks/bench_recurrent.py --smoke   # tiny sizes on CPU: checks the script runs
 
 Times forward + backward of exactly what the `reference.chunked` path runs
-(`seqdsl.lower.paths._recurrent_reference`: the chunked form, in float32) on random inputs
+(`seqdsl.lower.backends.reference.recurrent_reference`: the chunked form, in float32) on random inputs
 shaped like each spec's mixer at the preset (its kernel key: heads, feature and value widths, decay
 shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
 
@@ -40,7 +40,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import seqdsl  # noqa: E402
 from seqdsl.ir.key import KernelKey, kernel_key  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
-from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference  # noqa: E402
+from seqdsl.lower.backends.reference import recurrent_reference
+from seqdsl.lower.inputs import RecurrentInputs  # noqa: E402
 
 SPECS = ROOT / "specs"
 DEFAULT = "linear_attention,mamba2,retnet,gla,rwkv6,deltanet,gated_deltanet,rwkv7,based"
@@ -107,10 +108,10 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
     key = layer_key(name, preset)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     leaves = random_inputs(key, B, T, device, dtype)
-    chunked = lambda m: _recurrent_reference(key, m, None, False)
+    chunked = lambda m: recurrent_reference(key, m, None, False)
     forms = {"chunked": chunked, "chunked+compile": torch.compile(chunked, fullgraph=True, dynamic=False)}
     if recurrent:
-        forms["recurrent"] = lambda m: _recurrent_reference(key, m, None, True)
+        forms["recurrent"] = lambda m: recurrent_reference(key, m, None, True)
     shape = (f"H {key.heads} K {key.feature_dim} V {key.value_cols} decay {key.decay_shape} "
              f"update {key.update}")
     rows, eager_out = [], None

@@ -46,8 +46,8 @@ from seqdsl.ir.flops import mfu, peak_bf16_flops  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
 from seqdsl.lower.paths import set_path  # noqa: E402
-from seqdsl.train.config import RunConfig  # noqa: E402
-from seqdsl.train.device import autocast_dtype, pick_device  # noqa: E402
+from seqdsl.run.config import RunConfig  # noqa: E402
+from seqdsl.run.device import autocast_dtype, pick_device  # noqa: E402
 from seqdsl.train.optim import optimizer_for  # noqa: E402
 from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
@@ -98,7 +98,7 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
             times.append(dt)
     tokens_per_s = batch * seq / statistics.median(times)
     # the paths the steps took (after any self-check), not the static plan
-    paths = sorted({plan.path for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
+    paths = sorted({plan.op for block in lm.blocks for kind, plan in block.mixer.paths.describe().items()
                     if kind == device.type})
     return {"spec": name, "model": spec.name, "params": lm.num_parameters(), "paths": paths,
             "tokens_per_s": tokens_per_s, "first_step_s": first, "loss": loss,

@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_train import bench_spec  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import mfu  # noqa: E402
-from seqdsl.train.device import pick_device  # noqa: E402
+from seqdsl.run.device import pick_device  # noqa: E402
 
 
 def _config(args, data_dirs: list[str], steps: int) -> str:

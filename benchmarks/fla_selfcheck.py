@@ -3,7 +3,7 @@
     python benchmarks/fla_selfcheck.py [--out fla_selfcheck.json]
 
 For each fla op seqdsl maps a spec to, in bfloat16 and float32, with each kind of decay seqdsl
-passes it (fla picks different kernels), runs `seqdsl.lower.fla_paths.self_check` (forward and backward
+passes it (fla picks different kernels), runs `seqdsl.lower.backends.fla.self_check` (forward and backward
 against the reference) and prints ok / the reason it failed, and the seconds it took (mostly
 Triton compilation and autotuning). Writes the table as JSON with the device, versions and date.
 """
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from seqdsl.lower import fla_paths
+from seqdsl.lower.backends import fla as fla_backend
 
 # (op, kinds of decay seqdsl passes it)
 CASES = [("fla.chunk_simple_gla", ("none", "scalar")), ("fla.chunk_delta_rule", ("none",)),
@@ -46,7 +46,7 @@ def main(argv=None) -> int:
         for op, variants in CASES:
             for decay in variants:
                 t0 = time.perf_counter()
-                ok, detail = fla_paths.self_check(op, dtype, device, 64, 64, decay=decay)
+                ok, detail = fla_backend.self_check(op, dtype, device, 64, 64, decay=decay)
                 rows.append({"op": op, "dtype": dtype_name, "decay": decay, "ok": ok, "detail": detail,
                              "seconds": round(time.perf_counter() - t0, 1)})
                 r = rows[-1]

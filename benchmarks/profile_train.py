@@ -37,8 +37,8 @@ import seqdsl  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.lm import LanguageModel  # noqa: E402
-from seqdsl.train.config import RunConfig  # noqa: E402
-from seqdsl.train.device import autocast_dtype  # noqa: E402
+from seqdsl.run.config import RunConfig  # noqa: E402
+from seqdsl.run.device import autocast_dtype  # noqa: E402
 from seqdsl.train.optim import optimizer_for  # noqa: E402
 from seqdsl.train.step import CausalLoss, apply_update, training_step  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402

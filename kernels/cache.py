@@ -68,6 +68,7 @@ def load(key: KernelKey) -> ModuleType:
     path = module_path(key)
     name = f"seqdsl_kernels_{path.stem}"
     spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None, f"{path} is not a Python file"
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # triton's jit looks its functions' module up by name
     spec.loader.exec_module(module)

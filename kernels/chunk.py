@@ -30,6 +30,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.kernels.selection import chunk_size, selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
@@ -42,13 +43,13 @@ def _block_c() -> int:
 
 
 def _block_m(key: KernelKey, cfg: dict) -> int:
-    return min(cfg["BLOCK_M"], key.select.chunk)  # divides the chunk: one chunk per program
+    return min(cfg["BLOCK_M"], chunk_size(key))  # divides the chunk: one chunk per program
 
 
 def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
     """(B, N_full, H, Dk) float32: the mean key of each complete chunk (Approx's chunk score)."""
     B, T, H, Dk = k.shape
-    C = key.select.chunk
+    C = chunk_size(key)
     full = T // C
     if full == 0:
         return torch.zeros(B, 1, H, Dk, dtype=torch.float32, device=k.device)  # never read
@@ -57,7 +58,7 @@ def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
 
 def kbar_for(key: KernelKey, k: Tensor) -> Tensor:
     """The mean keys Approx scores with (a placeholder for Exact, which reads the keys)."""
-    if key.select.score == "mean":
+    if selection(key).score == "mean":
         return mean_keys(key, k)
     return torch.zeros(1, 1, 1, 1, dtype=torch.float32, device=k.device)  # Exact reads keys
 
@@ -73,7 +74,7 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     n = T if with_stats else 0
     lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
-    gw = torch.empty_like(q) if with_stats and key.select.score == "max" else q.new_empty(0)
+    gw = torch.empty_like(q) if with_stats and selection(key).score == "max" else q.new_empty(0)
     getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(T, bm))](
         q, k, kbar, sel, lsec, gate, gw, *launch.strides(q, k, kbar), T, T, 0, H,
         WITH_STATS=with_stats, BLOCK_M=bm, BLOCK_C=_block_c(), PREC=launch.precision(q.dtype),
@@ -86,7 +87,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     mod = load(key)
     B, T, H, _ = q.shape
     Dv = v.shape[-1]
-    C = key.select.chunk
+    C = chunk_size(key)
     n_chunks = triton_cdiv(T, C)
     kbar = kbar_for(key, k)
     sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
@@ -95,7 +96,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     bm = _block_m(key, cfg)
     o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
     lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
-    local = key.select.local
+    local = selection(key).local
     # local: the selected part goes to (o_sel, lse_sel) and attn_local merges it into (o, lse);
     # otherwise the selected chunk is all a query attends, written straight to (o, lse)
     o_sel = torch.empty(B * H, T if local else 0, Dv, dtype=v.dtype, device=v.device)
@@ -115,11 +116,11 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     mod = load(key)
     name = key.slug()
     B, T, H, Dk = q.shape
-    C = key.select.chunk
+    C = chunk_size(key)
     n_chunks = triton_cdiv(T, C)
     full = T // C
-    ste = key.select.grad == "ste"
-    local = key.select.local
+    ste = selection(key).grad == "ste"
+    local = selection(key).local
     do = do.contiguous()
     # D_i = dO_i . o_i = dL/dG_i, and GG_i = D_i * G_i (STE)
     delta, gg = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o, saved["gate"] if ste else None)
@@ -132,7 +133,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         gcfg = launch.tuned("chunk.gate", launch.gate_tiles(Dk, q.dtype, chunk=C))
         gate = dict(BLOCK_M=_block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
                     **launch.launch_opts(gcfg))
-    if ste and key.select.score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
+    if ste and selection(key).score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
         dkbar = torch.zeros(B * H, full, Dk, dtype=torch.float32, device=q.device)
         split = gcfg["SPLIT_ROWS"]
         getattr(mod, f"{name}_gate_dkbar")[(triton_cdiv(full, gate["BLOCK_C"]), triton_cdiv(T, split), B * H)](

@@ -25,6 +25,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.kernels.selection import selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 
@@ -66,7 +67,7 @@ def hard_value_grad(key: KernelKey, do: Tensor, idx: Tensor, v: Tensor) -> Tenso
 def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
              o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(dq, dk, dv) of the STE (grad = ste) or of the hard selection alone (grad = none)."""
-    sel = key.select
+    sel = selection(key)
     do = do.contiguous()
     soft = sel.value_grad == "soft" and sel.grad == "ste"
     dv = torch.empty_like(v) if soft else hard_value_grad(key, do, idx, v)

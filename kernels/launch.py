@@ -28,7 +28,7 @@ def interpreted() -> bool:
     return True
 
 
-_FIXED = []
+_FIXED: list[bool] = []  # one entry once the patch is in
 
 
 def _interpreter_index_fix() -> None:
@@ -84,8 +84,8 @@ def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
     if dtype == torch.float32:
         cfg = tiles(dim, dtype, train=True)
         return {**cfg, "FUSE_DQ": 0}, cfg
-    # dk/dv at D <= 64: 64 queries per step, from benchmarks/sweep_top1_tiles.py on an H100
-    # (2026-11-23: the element step 1.18x faster at 32K, 1.06x at 8K than with 32); D 128 not swept
+    # dk/dv at D <= 64: 64 queries per step, the fastest setting benchmarks/sweep_top1_tiles.py
+    # found (docs/kernels.md, Tuning tile sizes); D 128 was not swept
     return (dict(BLOCK_M=64 if dim <= 64 else 32, BLOCK_N=128, FUSE_DQ=0, num_warps=4, num_stages=3),
             dict(BLOCK_M=128, BLOCK_N=32, num_warps=4, num_stages=3))
 
@@ -99,8 +99,8 @@ def gate_tiles(dim: int, dtype: torch.dtype, *, chunk: int) -> dict:
         return dict(BLOCK_M=16, BLOCK_C=2, SPLIT_ROWS=chunk, num_warps=4, num_stages=1)
     if dtype == torch.float32:
         return {**tiles(dim, dtype, train=True), "BLOCK_C": 32, "SPLIT_ROWS": 1024}
-    # 32 mean keys per tile, 4 warps, 2 stages, at D 64 and 128: from benchmarks/sweep_top1_tiles.py
-    # on an H100 (2026-11-23: the Approx step 1.07x-1.30x faster than with 64 keys at T 8K-64K)
+    # 32 mean keys per tile, 4 warps, 2 stages, at D 64 and 128: the fastest setting
+    # benchmarks/sweep_top1_tiles.py found (docs/kernels.md, Tuning tile sizes)
     return dict(BLOCK_M=64, BLOCK_C=32, SPLIT_ROWS=1024, num_warps=4, num_stages=2)
 
 

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.kernels.selection import chunk_size, selection
 from seqdsl.kernels import chunk, element
 
 
@@ -48,7 +49,7 @@ def _element_ops(key: KernelKey) -> Ops:
     def _(q, k, v):
         return v.new_empty(*q.shape[:3], v.shape[-1])
 
-    ste = key.select.grad == "ste"  # grad = none: the backward needs the arg-max alone
+    ste = selection(key).grad == "ste"  # grad = none: the backward needs the arg-max alone
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
@@ -92,8 +93,8 @@ _CHUNK_SAVED = ("sel", "lsec", "gate", "gw", "lse", "perm", "starts", "kbar")
 
 def _chunk_ops(key: KernelKey) -> Ops:
     slug = key.slug()
-    ste = key.select.grad == "ste"
-    C = key.select.chunk
+    ste = selection(key).grad == "ste"
+    C = chunk_size(key)
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -114,8 +115,8 @@ def _chunk_ops(key: KernelKey) -> Ops:
         B, T, H, _ = q.shape
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
         n_chunks = (T + C - 1) // C
-        gw = torch.empty_like(q) if ste and key.select.score == "max" else q.new_empty(0)
-        kbar = (q.new_empty(B, max(T // C, 1), H, q.shape[-1], dtype=torch.float32) if key.select.score == "mean"
+        gw = torch.empty_like(q) if ste and selection(key).score == "max" else q.new_empty(0)
+        kbar = (q.new_empty(B, max(T // C, 1), H, q.shape[-1], dtype=torch.float32) if selection(key).score == "mean"
                 else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's shapes
         return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape), gw,
                 _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32),
@@ -150,4 +151,4 @@ def _chunk_ops(key: KernelKey) -> Ops:
 @functools.lru_cache(maxsize=None)
 def ops_for(key: KernelKey) -> Ops:
     """The custom ops of `key`, registered once per process."""
-    return _element_ops(key) if key.select.over == "element" else _chunk_ops(key)
+    return _element_ops(key) if selection(key).over == "element" else _chunk_ops(key)

@@ -21,6 +21,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
+from seqdsl.kernels.selection import chunk_size, selection
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
@@ -92,18 +93,18 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     if q.shape[1] != 1:
         raise ValueError(f"decode takes one query row, got {q.shape[1]}")
     with torch.no_grad():
-        if key.select.over == "element":
+        if selection(key).over == "element":
             return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1)[0]
         return chunk.decode(key, q, k, v)
 
 
 def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it."""
-    sel = key.select
+    sel = selection(key)
     if sel.over == "element":
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
                                          grad=sel.grad, value_grad=sel.value_grad)
-    return top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(key), scale=key.scale, k_top=sel.k,
                                    temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
 
 
@@ -127,8 +128,8 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     """(True, "") when the generated kernels match the reference here (outputs and every
     gradient, random inputs over a few chunks with a partial last one); else (False, why). The
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
-    sel = key.select
-    T = 2 * sel.chunk + 5 if sel.over == "chunk" else 77
+    sel = selection(key)
+    T = 2 * chunk_size(key) + 5 if sel.over == "chunk" else 77
     draw = selfcheck.Draws(device)
     q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
     return selfcheck.self_check(

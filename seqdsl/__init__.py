@@ -12,7 +12,7 @@ from seqdsl.errors import SeqError, SeqFileError, SeqSemanticError, SeqSyntaxErr
 from seqdsl.ir.printer import format_module, format_program
 from seqdsl.passes.resolve import Loaded, load, loads, typed_module
 
-__version__ = "0.1.0"
+from seqdsl.version import __version__
 
 __all__ = [
     "Loaded", "SeqError", "SeqFileError", "SeqSemanticError", "SeqSyntaxError",

@@ -123,7 +123,7 @@ def _spelling(m: nodes.Mixer, key_dim: int) -> str:
     parts = []
     if isinstance(m.relation, nodes.Dot) and m.relation.scale != "auto":
         parts.append(f"dot(scale={shown(m.relation.scale)}) at Dk = {key_dim}")
-    if m.weights.temperature != 1:
+    if isinstance(m.weights, nodes.Softmax) and m.weights.temperature != 1:
         parts.append(f"softmax(temperature={shown(m.weights.temperature)})")
     return " with ".join(parts) or "the spec"
 

@@ -88,7 +88,7 @@ def check_program(loaded: Loaded, select: Iterable[str] | None = None,
         raise SeqError(NOTHING_DECLARED, None,
                        "declare a `mixer NAME { ... }` (and a `model`), or import a spec")
     # A file that only imports is judged on what it imports, as `seqdsl lower` builds it.
-    own = set(program.own) or {m.name for m in (*program.mixers, *program.models)}
+    own = set(program.own) or {m.name for m in program.mixers} | {m.name for m in program.models}
     own_models = [m for m in program.models if m.name in own]
     used = {name for m in own_models for name in m.mixer}
     mixers = [m for m in program.mixers if m.name in own or m.name in used]
@@ -103,8 +103,8 @@ def check_program(loaded: Loaded, select: Iterable[str] | None = None,
         report.diagnostics.extend(found)
     for model in own_models:
         verdicts = {name: report.mixers[name] for name in model.mixer}
-        ctx = ModelContext(model, program, loaded.sources, verdicts)
-        found = [d for r in rules if r.scope == "model" for d in _run(r, ctx)]
+        model_ctx = ModelContext(model, program, loaded.sources, verdicts)
+        found = [d for r in rules if r.scope == "model" for d in _run(r, model_ctx)]
         report.models[model.name] = model_verdict(verdicts.values(), found)
         report.diagnostics.extend(found)
     report.diagnostics.sort(key=_sort_key(loaded.path))

@@ -23,7 +23,8 @@ def _layers(model: nodes.Model) -> dict[str, list[int]]:
 
 def _ranges(layers: list[int]) -> str:
     """`0-1, 3-4, 6` for [0, 1, 3, 4, 6]."""
-    parts, start = [], layers[0]
+    parts: list[str] = []
+    start: int | None = layers[0]
     for prev, cur in zip(layers, layers[1:] + [None]):
         if cur != prev + 1:
             parts.append(f"{start}" if start == prev else f"{start}-{prev}")

@@ -128,7 +128,7 @@ def format_spec_line(report: SpecReport) -> str:
 def format_text(reports: Iterable[SpecReport]) -> str:
     """Diagnostics and verdicts of the readable specs. Unreadable specs are rendered by
     `format_error` (the CLI prints those on stderr)."""
-    blocks = []
+    blocks: list[str] = []
     for report in reports:
         if report.error:
             continue
@@ -138,6 +138,7 @@ def format_text(reports: Iterable[SpecReport]) -> str:
 
 
 def format_error(report: SpecReport) -> str:
+    assert report.error is not None, "format_error renders an unreadable spec's error"
     text = report.error.render()
     # A file-level error without a span (a missing file) must still name the file.
     return text if report.error.span or report.path in text else f"{report.path}: {text}"

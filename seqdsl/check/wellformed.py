@@ -39,7 +39,7 @@ def conflicting_choices(ctx: MixerContext):
 
 def _chunk_sizes(m: nodes.Mixer) -> list[tuple[int, tuple[str, ...], str]]:
     """(size, span path, what) for every chunk size in the spec."""
-    out = []
+    out: list[tuple[int, tuple[str, ...], str]] = []
     if isinstance(m.select, nodes.Top) and isinstance(m.select.over, nodes.Chunk):
         out.append((m.select.over.size, ("select", "over", "size"), "chunk"))
     if isinstance(m.visibility, nodes.ChunkLocal):
@@ -202,10 +202,11 @@ def dense_at_context(ctx: MixerContext):
         return
     vis, sel = ctx.mixer.visibility, ctx.mixer.select
     if isinstance(vis, (nodes.Window, nodes.ChunkLocal)):
+        where: tuple[str, ...]
         where, fix = ("visibility", "size"), f"`visibility = full` if dense attention is meant; else a {vis.kind} " \
                                              f"below {ctx.context} tokens"
     else:
-        chunk = isinstance(sel.over, nodes.Chunk) and sel.over.size >= ctx.context
+        chunk = isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and sel.over.size >= ctx.context
         where = ("select", "over", "size") if chunk else ("select", "k")
         fix = f"`select = none` if dense attention is meant; else a {'chunk' if chunk else 'k'} that selects " \
               "among the keys of the context"

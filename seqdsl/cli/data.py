@@ -23,8 +23,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from seqdsl.data.tokenizer import load_tokenizer
     from seqdsl.errors import SeqError
-    from seqdsl.train.config import load_config
-    from seqdsl.train.setup import resolve_data
+    from seqdsl.run.config import load_config
+    from seqdsl.run.data import resolve_data
 
     config = load_config(args.config, args.overrides)
     tokenizer = load_tokenizer(config.data.tokenizer)

@@ -1,7 +1,7 @@
 """`seqdsl eval CKPT_OR_RUN_DIR`: loss per domain of a checkpoint, at any context length.
 
-Loads the checkpoint (seqdsl/eval/checkpoint_io.py), rebuilds the run's held-out sets or those
-of other data (seqdsl/eval/sets.py), evaluates (seqdsl/eval/loss.py) and prints a table. The
+Loads the checkpoint (seqdsl/run/rundir.py), rebuilds the run's held-out sets or those
+of other data (seqdsl/eval/sets.py), evaluates (seqdsl/run/loss.py) and prints a table. The
 records are appended to the run's metrics.jsonl, or written to --out as JSON instead.
 """
 
@@ -64,11 +64,11 @@ def _positive(value: int | None, flag: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqdsl.eval.checkpoint_io import build_model, read_checkpoint
+    from seqdsl.run.rundir import build_model, read_checkpoint
     from seqdsl.eval.metrics import METRICS
-    from seqdsl.eval.records import append_records, evaluate_records
+    from seqdsl.run.records import append_records, evaluate_records
     from seqdsl.eval.sets import run_eval_sets
-    from seqdsl.train.device import autocast_dtype, pick_device
+    from seqdsl.run.device import autocast_dtype, pick_device
 
     for value, flag in ((args.seq_len, "--seq-len"), (args.batch_size, "--batch-size"),
                         (args.max_tokens, "--max-tokens")):

@@ -39,7 +39,7 @@ def _tree(lm) -> str:
     lines = [f"{type(lm).__name__}("]
     lines.append(f"  (embed): {lm.embed}")
     shown: set[str] = set()
-    for i, block in enumerate(lm.blocks):
+    for block in lm.blocks:
         name = block.mixer.spec.name
         if name in shown:
             continue

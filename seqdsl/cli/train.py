@@ -14,6 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from seqdsl.ir import nodes
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("spec", metavar="SPEC", nargs="?", help="the .seq file (or `spec` in the config)")
@@ -21,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                         help="override a config field, e.g. --set lr=1e-3 --set data.train_domains='[\"*\"]'")
     parser.add_argument("--model", help="which model of the file (default: its last model)")
-    parser.add_argument("--preset", help="model size: tiny, 110m, 1.3b")
+    parser.add_argument("--preset", choices=nodes.PRESETS, help="resize the model to a preset")
     parser.add_argument("--keep-absolute", action=argparse.BooleanOptionalAction, default=None, dest="keep_absolute",
                         help="with a preset: keep windows and chunks in tokens instead of scaling them with "
                              "the context (config key keep_absolute)")
@@ -40,7 +42,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from seqdsl.train.config import load_config
+    from seqdsl.run.config import load_config
     from seqdsl.train.run import train
 
     config = load_config(args.config, args.overrides, spec=args.spec, model=args.model, preset=args.preset,
@@ -64,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
 
 def interrupted_line(out: Path, argv: list[str]) -> str:
     """The one line a Ctrl-C leaves: the last checkpoint and the command that continues from it."""
-    from seqdsl.train.checkpoint import latest_name
+    from seqdsl.run.checkpoint import latest_name
 
     name = latest_name(out / "checkpoints")
     if name is None:

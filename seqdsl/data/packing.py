@@ -77,7 +77,7 @@ class PackedSequences:
         T = self.seq_len
         self._fill(T + 1)
         out, need = [], T + 1
-        for epoch, index, start, tokens in self._segments:
+        for _epoch, _index, start, tokens in self._segments:
             take = tokens[start: start + need]
             out.extend(take)
             need -= len(take)

@@ -1,7 +1,7 @@
 """The evaluation sets of a run, rebuilt from its config.json for `seqdsl eval`.
 
 By default these are exactly the held-out sets training evaluated on: the run's data config goes
-through the mapping training itself uses (`seqdsl.train.setup.resolve_data`: same source, domains,
+through the mapping training itself uses (`seqdsl.run.data.resolve_data`: same source, domains,
 tokenizer, held-out fraction and token budget). Overrides: other data files (`--data`, where the
 run's domain lists do not apply: every domain of those files is evaluated, in-domain when the run
 trained on a domain of that name), a domain field, the domains (`--domains`: exactly those) and
@@ -19,13 +19,13 @@ from seqdsl.errors import SeqError
 def _pipeline():
     try:
         from seqdsl.data import tokenizer
-        from seqdsl.train import config, setup
+        from seqdsl.run import config, data
     except ModuleNotFoundError as err:
         if not (err.name or "").startswith("seqdsl"):
             raise
         raise SeqError(f"`seqdsl eval` needs the data pipeline ({err.name}), which this installation "
                        "lacks") from None
-    return config, setup, tokenizer
+    return config, data, tokenizer
 
 
 def _data_config(config: dict, *, data: list[str] | None = None, domain_field: str | None = None,
@@ -51,7 +51,7 @@ def _data_config(config: dict, *, data: list[str] | None = None, domain_field: s
 
 def run_eval_sets(config: dict, *, data: list[str] | None = None, domain_field: str | None = None,
                   domains: list[str] | None = None, max_tokens: int | None = None) -> dict[str, EvalSet]:
-    config_module, setup, tokenizer = _pipeline()
+    config_module, run_data, tokenizer = _pipeline()
     data_config = _data_config(config, data=data, domain_field=domain_field, max_tokens=max_tokens)
     only = domains
     if data and not domains:
@@ -59,5 +59,5 @@ def run_eval_sets(config: dict, *, data: list[str] | None = None, domain_field: 
             raise SeqError(f"the domains of records labelled by `{data_config.domain_field}` are only known "
                            "after reading every file", hint="list them: --domains a,b")
         only = [config_module.ALL]
-    resolved = setup.resolve_data(data_config, only=only)
+    resolved = run_data.resolve_data(data_config, only=only)
     return resolved.heldout_sets(tokenizer.load_tokenizer(data_config.tokenizer))

@@ -18,7 +18,7 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -462,7 +462,10 @@ class NoMlp(Primitive):
 Mlp = Annotated[Union[SwiGLU, NoMlp], Field(discriminator="kind")]
 
 Block = Literal["transformer", "rwkv7"]
-PRESETS: tuple[str, ...] = ("tiny", "110m", "1.3b")
+# The model sizes a spec's `preset = ...` fills and a run's or `seqdsl lower`'s preset resizes to:
+# one set of names, typed once (the run config and the command line take their choices from here).
+Preset = Literal["tiny", "110m", "1.3b"]
+PRESETS: tuple[Preset, ...] = get_args(Preset)
 
 
 class Model(Node):

@@ -56,7 +56,7 @@ def format_import(path: str) -> str:
 
 def format_assign(a: nodes.Assign) -> str:
     """`key = value` (no indent)."""
-    value = quote(a.value) if a.key == "preset" else format_value(a.value)
+    value = quote(str(a.value)) if a.key == "preset" else format_value(a.value)
     return f"{a.key} = {value}"
 
 

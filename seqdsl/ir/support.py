@@ -152,7 +152,7 @@ def triton(key: KernelKey) -> Support:
     if key.visibility != "full":
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
                              "(reference only)", ("visibility",), "`visibility = full`")
-    if sel.over == "chunk":
+    if sel.over == "chunk" and sel.chunk is not None:
         if chunk_tiling(sel.chunk):
             return _no("triton", chunk_tiling(sel.chunk), ("select", "over", "size"),
                        "a power of two from 16 to 128, e.g. 128", tiling=True)
@@ -169,8 +169,8 @@ def mamba(key: KernelKey) -> Support:
     """Mamba-2's SSD chunked kernels for rule (1) of seqdsl/reference/recurrent.py with one
     decay per head and step (or none): S_t = a_t S_(t-1) + k_t v_t^T, o_t = q_t^T S_t. The
     mapping (x = v, B = k, C = q, per-step log decay as mamba's dA, write scale 1) is in
-    seqdsl/lower/mamba_paths.py. Mamba-1's selective scan for `data_dependent(selective)`:
-    S_t = exp(dt_t A) * S_(t-1) + dt_t k_t v_t^T (seqdsl/lower/selective_scan_paths.py)."""
+    seqdsl/lower/backends/mamba_ssd.py. Mamba-1's selective scan for `data_dependent(selective)`:
+    S_t = exp(dt_t A) * S_(t-1) + dt_t k_t v_t^T (seqdsl/lower/backends/mamba_scan.py)."""
     if key.family != "recurrent":
         return _no("mamba", "mamba-ssm runs the recurrent (linear-weights) family only", ("weights",),
                    "`weights = linear`")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from typing import cast
 from dataclasses import dataclass
 
 import torch
@@ -129,10 +130,14 @@ class LanguageModel(nn.Module):
             total -= self.embed.weight.numel()
         return total
 
+    def mixers(self) -> list[MixerModule]:
+        """Each layer's mixer, in order."""
+        return [cast(Block, block).mixer for block in self.blocks]
+
     def positions_limit(self) -> int | None:
         """How many positions the model can run (its context) when a mixer has per-position
         parameters, else None (no limit)."""
-        bounded = any(b.mixer.per_position for b in self.blocks)
+        bounded = any(m.per_position for m in self.mixers())
         return self.spec.context if bounded else None
 
     def forward(self, tokens: Tensor, state: list[BlockState] | None = None) -> tuple[Tensor, list[BlockState]]:
@@ -144,7 +149,7 @@ class LanguageModel(nn.Module):
         limit = self.positions_limit()
         end = state[0].mixer.pos + tokens.shape[1]
         if limit is not None and end > limit:
-            names = sorted({b.mixer.spec.name for b in self.blocks if b.mixer.per_position})
+            names = sorted({m.spec.name for m in self.mixers() if m.per_position})
             raise LoweringError(
                 f"model {self.spec.name} has per-position parameters for its {limit}-token context "
                 f"(mixer {', '.join(names)}); position {end} is past it",
@@ -236,10 +241,9 @@ class LanguageModel(nn.Module):
         the static facts give (`seqdsl lower`, before any call)."""
         device = torch.device(device)
         rows = []
-        for i, block in enumerate(self.blocks):
-            paths = block.mixer.paths
-            path, why = paths.chosen.get(device.type) or paths.plan(device)
-            rows.append((i, block.mixer.spec.name, path, why))
+        for i, mixer in enumerate(self.mixers()):
+            plan = mixer.paths.chosen.get(device.type) or mixer.paths.plan(device)
+            rows.append((i, mixer.spec.name, plan.op, plan.reason))
         return rows
 
 
@@ -265,7 +269,7 @@ def _init(module: nn.Module) -> None:
     # GPT-2 style: N(0, 0.02) for projections and embeddings
     if isinstance(module, (nn.Linear, nn.Embedding)):
         nn.init.normal_(module.weight, std=0.02)
-        if getattr(module, "bias", None) is not None:
+        if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
     elif isinstance(module, MixerModule):
         # apply() visits children first: the mixer's Linears just got the lines above, which

@@ -57,23 +57,43 @@ def machine_facts(device: torch.device) -> dict[str, str]:
 def cached(what: dict[str, object], device: torch.device,
            check: Callable[[], tuple[bool, str]]) -> tuple[bool, str]:
     """The verdict of `check()` for the facts `what` on `device`, from disk when known."""
+    def record() -> dict:
+        ok, detail = check()
+        return {"ok": ok, "detail": detail}
+
+    stored = _kept(what, device, record, ("ok", "detail"))
+    return bool(stored["ok"]), str(stored["detail"])
+
+
+def timings(what: dict[str, object], device: torch.device,
+            measure: Callable[[], dict[str, float]]) -> dict[str, float]:
+    """{op: milliseconds} that `measure()` timed for the facts `what` on `device` (a race
+    between kernels that passed their self-checks), from disk when known."""
+    stored = _kept(what, device, lambda: {"ms": measure()}, ("ms",))
+    return {str(op): float(ms) for op, ms in stored["ms"].items()}
+
+
+def _kept(what: dict[str, object], device: torch.device, compute: Callable[[], dict],
+          fields: tuple[str, ...]) -> dict:
+    """The JSON record `compute()` makes for the facts `what` on `device`: read from its file when
+    one holds every field, else computed and written."""
     if os.environ.get("SEQDSL_SELFCHECK_CACHE", "1") == "0":
-        return check()
+        return compute()
     facts = {k: str(v) for k, v in what.items()} | machine_facts(device)
     name = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     path = cache_dir() / f"{name}.json"
     try:
         stored = json.loads(path.read_text())
-        if stored.get("facts") == facts:
-            return bool(stored["ok"]), str(stored["detail"])
-    except (OSError, ValueError, KeyError, TypeError):
-        pass  # absent or unreadable: check again
-    ok, detail = check()
+        if stored.get("facts") == facts and all(f in stored for f in fields):
+            return stored
+    except (OSError, ValueError, AttributeError):
+        pass  # absent or unreadable: compute again
+    record = compute()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-            json.dump({"facts": facts, "ok": ok, "detail": detail}, f, indent=1)
+            json.dump({"facts": facts, **record}, f, indent=1)
         os.replace(f.name, path)
     except OSError:
-        pass  # a read-only home: the verdict still holds for this process
-    return ok, detail
+        pass  # a read-only home: the record still holds for this process
+    return record

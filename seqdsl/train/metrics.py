@@ -154,7 +154,7 @@ class Progress:
         self._eval = {"step": step, "start": self.clock(), "shown": None}
 
     def eval_progress(self, done: int, total: int, domain: str) -> None:
-        """An evaluation's progress (seqdsl.eval.loss.EvalProgress): `done` of `total` forwards,
+        """An evaluation's progress (seqdsl.run.loss.EvalProgress): `done` of `total` forwards,
         scoring `domain`."""
         if self._eval is None or not self.enabled:
             return

@@ -17,6 +17,8 @@ import json
 import math
 import sys
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -24,18 +26,21 @@ import torch
 from seqdsl.data.packing import Cursor
 from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
-from seqdsl.eval.records import evaluate_records
-from seqdsl.lower.lm import path_lines
-from seqdsl.train import checkpoint, distributed
-from seqdsl.train.config import RunConfig
-from seqdsl.train.device import autocast_dtype, device_kind, pick_device
+from seqdsl.lower.lm import LanguageModel, path_lines
+from seqdsl.run import checkpoint
+from seqdsl.run.config import RunConfig
+from seqdsl.run.data import RunData, resolve_data
+from seqdsl.run.device import autocast_dtype, device_kind, pick_device
+from seqdsl.run.digest import config_digest
+from seqdsl.run.records import evaluate_records
+from seqdsl.train import distributed
 from seqdsl.train.metrics import MetricsLog, Progress
-from seqdsl.train.prefetch import Prefetcher
 from seqdsl.train.optim import lr_at, optimizer_for, set_lr
-from seqdsl.train.setup import config_digest, resolve_data, resolve_model
+from seqdsl.train.prefetch import Batch, Prefetcher
+from seqdsl.train.setup import ResolvedModel, resolve_model
 from seqdsl.train.step import CausalLoss, apply_update, training_step
 from seqdsl.train.throughput import device_peak_flops, mfu_meter
-
+from seqdsl.version import __version__
 
 class TrainingStopped(SeqError):
     """The run cannot go on (a non-finite loss); the last good checkpoint is kept."""
@@ -83,163 +88,278 @@ def train(config: RunConfig, out: Path, *, resume: bool = False, show_progress: 
         distributed.shutdown(d, failed=failed)
 
 
+@dataclass
+class _Run:
+    """What every step of a run uses, set up once by `_set_up`."""
+
+    config: RunConfig
+    out: Path
+    d: distributed.Dist
+    device: torch.device
+    amp: torch.dtype | None  # the autocast dtype; None: float32
+    model: ResolvedModel
+    lm: LanguageModel
+    steps: int
+    micro: int  # M
+    accum: int  # A
+    digest: str  # config_digest of the resolved config: what --resume must match
+    parallel: distributed.Parallel
+    optimizer: torch.optim.Optimizer
+    log: MetricsLog
+    progress: Progress
+    sets: dict  # domain -> EvalSet, this process's share scored at each evaluation
+    mfu: Callable[[float], float | None]
+
+    @property
+    def seq_len(self) -> int:
+        return self.model.spec.context
+
+    @property
+    def ckpt_root(self) -> Path:
+        return self.out / "checkpoints"
+
+    @property
+    def step_tokens(self) -> int:
+        return self.config.batch * self.seq_len
+
+
+@dataclass
+class _Position:
+    """Where a run stands: the step this process started at, the tokens trained on, the stream's
+    cursor after the last batch trained on (what a checkpoint saves), and the training time of
+    the processes before this one (a resumed run's clock goes on from there)."""
+
+    start: int
+    tokens: int
+    cursor: Cursor
+    elapsed_before: float
+
+
+@dataclass(frozen=True)
+class _Clock:
+    launched: float  # perf_counter when the command started
+    started: float  # perf_counter when the first step of this process started
+
+    def elapsed(self, position: _Position) -> float:
+        return position.elapsed_before + time.perf_counter() - self.started
+
+
 def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, show_progress: bool,
            launched: float | None) -> int:
-    from seqdsl.lower.lm import LanguageModel
+    launched = launched if launched is not None else time.perf_counter()
+    run, position, stream = _set_up(config, out, d, resume=resume, show_progress=show_progress)
+    run.lm.train()
+    clock = _Clock(launched, time.perf_counter())
+    # batches are made on a thread one step ahead, this process's rows (M * A, T + 1) pinned and
+    # copied without blocking: the step never waits for packing (its wait is logged as data_wait_s)
+    rows = run.micro * run.accum
+    ahead = Prefetcher(stream, config.batch, slice(d.rank * rows, (d.rank + 1) * rows), run.device)
+    try:
+        for step in range(position.start, run.steps):
+            t0 = time.perf_counter()
+            batch = ahead.next()
+            loss, lr = _step(run, position, step, batch)
+            if d.main:
+                _record_step(run, position, clock, step, batch, loss=loss, lr=lr, t0=t0)
+            done, last = step + 1, step + 1 == run.steps
+            if last or _due(config.eval_every, done):
+                _evaluate(run, done, position.tokens)
+            if last or _due(config.checkpoint_every, done):
+                _save(run, position, done, clock.elapsed(position))  # every process calls; process 0 writes
+    finally:
+        ahead.close()
+    run.progress.close()
+    return run.steps
 
-    t_launch = launched if launched is not None else time.perf_counter()
+
+def _due(every: int, done: int) -> bool:
+    """Whether a periodic action (every `every` steps; 0: only at the end) falls after step `done`."""
+    return bool(every) and done % every == 0
+
+
+def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
+            show_progress: bool) -> tuple[_Run, _Position, object]:
+    """The run, where it stands and its packed training stream. Everything that can refuse the
+    run (the spec, its lowering, the checkpoint to resume) is checked before the data source is
+    opened: reading a corpus takes seconds (the builtin one is read in full to name it in
+    config.json)."""
     device = pick_device(config.device, local_rank=d.local_rank if d.world > 1 else None)
     amp = autocast_dtype(config.dtype, device)
-    # Everything that can refuse the run (the spec, its lowering, the checkpoint to resume) is
-    # checked before the data source is opened: reading a corpus takes seconds (the builtin one
-    # is read in full to name it in config.json).
     tokenizer = load_tokenizer(config.data.tokenizer)
     model = resolve_model(config, tokenizer.vocab_size)
-    seq_len = model.spec.context
     micro, accum = _batch_shape(config, d.world)
-    steps = config.tokens // (config.batch * seq_len)
-    if steps < 1:
-        raise SeqError(f"tokens {config.tokens} is less than one batch ({config.batch} x {seq_len} tokens)")
-    ckpt_root = out / "checkpoints"
-    loaded = _checkpoint_to_resume(ckpt_root, out, resume)
+    steps = _step_count(config, model.spec.context)
+    loaded = _checkpoint_to_resume(out / "checkpoints", out, resume)
     torch.manual_seed(config.seed)
     lm = LanguageModel(model.program, model.spec).to(device)
     if d.main and loaded is not None and (show_progress or loaded.passed_over):
         print(_resume_line(loaded, out, steps), file=sys.stderr, flush=True)
 
     data = resolve_data(config.data)
-    train_domains, eval_domains = data.train_domains, data.eval_domains
-    resolved = dict(config.model_dump(), model_name=model.spec.name, seq_len=seq_len, steps=steps,
-                    vocab=tokenizer.vocab_size, train_domains=train_domains, ood_domains=data.ood_domains,
+    resolved = dict(config.model_dump(), model_name=model.spec.name, seq_len=model.spec.context, steps=steps,
+                    vocab=tokenizer.vocab_size, train_domains=data.train_domains, ood_domains=data.ood_domains,
                     data_source=data.source.describe(), processes=d.world, micro_batch=micro,
                     accumulation=accum, parallel=config.parallel if d.world > 1 else "single", device=device.type,
                     dtype=str(amp).removeprefix("torch.") if amp else "float32",
                     spec_digest=model.digest, torch_version=torch.__version__,
-                    seqdsl_version=_version())
+                    seqdsl_version=__version__)
+    digest = _digest_to_match(resolved, loaded, out)
+    parallel, optimizer = _wrap(config, lm, d, device, amp)
+    position = _restore(loaded, lm, optimizer)
+    # the packed stream, from the token cache (built on first use, with a progress bar) when the
+    # source is cached; every process reads the same stream and keeps its own rows
+    say = (lambda line: print(line, file=sys.stderr, flush=True)) if d.main else (lambda line: None)
+    stream = d.main_first(lambda: data.training_stream(tokenizer, model.spec.context, position.cursor,
+                                                        show_progress=show_progress, say=say))
+    position.cursor = stream.cursor
+    log = _open_run_dir(out, d, loaded, resolved, model, position.start)
+    sets = data.heldout_sets(tokenizer)  # every process scores its share of the batches
+    progress = Progress(steps, position.start, config.log_every, show_progress, eval_every=config.eval_every,
+                        eval_tokens=sum(s.tokens.numel() for s in sets.values()),
+                        step_tokens=config.batch * model.spec.context)
+    run = _Run(config, out, d, device, amp, model, lm, steps, micro, accum, digest, parallel, optimizer, log,
+               progress, sets, mfu_meter(model, model.spec.context, device_peak_flops(device)))
+    _announce(run, data)
+    return run, position, stream
+
+
+def _step_count(config: RunConfig, seq_len: int) -> int:
+    steps = config.tokens // (config.batch * seq_len)
+    if steps < 1:
+        raise SeqError(f"tokens {config.tokens} is less than one batch ({config.batch} x {seq_len} tokens)")
+    return steps
+
+
+def _digest_to_match(resolved: dict, loaded: checkpoint.Loaded | None, out: Path) -> str:
+    """The resolved config's digest; a resumed run refuses a config that differs from its own."""
     digest = config_digest(resolved)
     if loaded is not None and loaded.state.get("config_digest") != digest:
         raise SeqError(f"--resume: the config differs from the one {out} was trained with",
                        hint=f"compare with {out / 'config.json'}; resume with the same spec, config and --set")
+    return digest
 
+
+def _wrap(config: RunConfig, lm: LanguageModel, d: distributed.Dist, device: torch.device,
+          amp: torch.dtype | None) -> tuple[distributed.Parallel, torch.optim.Optimizer]:
+    """The loss, wrapped for data parallelism, and the optimizer."""
     if config.compile:
         lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
     loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
     # the data-parallel wrapping point (before the optimizer: FSDP2 replaces the parameters)
     parallel = distributed.wrap_model(lm, loss_fn, d, config.parallel, device, amp)
-    optimizer = optimizer_for(lm, config)
-    start, tokens_seen, elapsed0, cursor = 0, 0, 0.0, Cursor()
-    if loaded is not None:
-        checkpoint.restore(loaded, lm, optimizer)
-        checkpoint.set_rng_state(loaded.state["rng"])
-        start, tokens_seen = loaded.state["step"], loaded.state["tokens"]
-        elapsed0, cursor = loaded.state.get("elapsed", 0.0), Cursor(**loaded.state["cursor"])
-    # the packed stream, from the token cache (built on first use, with a progress bar) when the
-    # source is cached; every process reads the same stream and keeps its own rows
-    say = (lambda line: print(line, file=sys.stderr, flush=True)) if d.main else (lambda line: None)
-    stream = d.main_first(lambda: data.training_stream(tokenizer, seq_len, cursor, show_progress=show_progress,
-                                                        say=say))
-    consumed = stream.cursor  # the cursor after the last batch trained on: what a checkpoint saves
+    return parallel, optimizer_for(lm, config)
 
+
+def _restore(loaded: checkpoint.Loaded | None, lm: LanguageModel, optimizer: torch.optim.Optimizer) -> _Position:
+    """Where the run starts: at the beginning, or where the resumed checkpoint left it (its
+    weights, optimizer state and random generators restored)."""
+    if loaded is None:
+        return _Position(start=0, tokens=0, cursor=Cursor(), elapsed_before=0.0)
+    checkpoint.restore(loaded, lm, optimizer)
+    checkpoint.set_rng_state(loaded.state["rng"])
+    return _Position(start=loaded.state["step"], tokens=loaded.state["tokens"],
+                     cursor=Cursor(**loaded.state["cursor"]), elapsed_before=loaded.state.get("elapsed", 0.0))
+
+
+def _open_run_dir(out: Path, d: distributed.Dist, loaded: checkpoint.Loaded | None, resolved: dict,
+                  model: ResolvedModel, start: int) -> MetricsLog:
+    """The metrics log; process 0 writes config.json and spec.seq of a new run, or marks where a
+    resumed run goes on (the records after its checkpoint are dropped: they are redone)."""
     log = MetricsLog(out / "metrics.jsonl")
-    if d.main:
-        out.mkdir(parents=True, exist_ok=True)
-        if loaded is None:
-            (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
-            (out / "spec.seq").write_text(model.text)
-            log.path.unlink(missing_ok=True)
-        else:
-            log.truncate_after(start)
-            damaged = f" ({loaded.passed_over})" if loaded.passed_over else ""
-            log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}{damaged}"})
-    sets = data.heldout_sets(tokenizer)  # every process scores its share of the batches
-    mfu = mfu_meter(model, seq_len, device_peak_flops(device))
-    progress = Progress(steps, start, config.log_every, show_progress, eval_every=config.eval_every,
-                        eval_tokens=sum(s.tokens.numel() for s in sets.values()), step_tokens=config.batch * seq_len)
-    progress.message(f"training {model.spec.name} at preset {config.preset or 'as written'} "
-                     f"({lm.num_parameters():,} parameters) for {steps} steps of "
-                     f"{config.batch} x {seq_len} tokens on {device.type} x {d.world}; domains: train "
-                     f"{', '.join(train_domains)}; evaluate {', '.join(eval_domains)}")
-    for line in model.report:  # what the resize changed or could not keep, and the verdict
-        progress.message(f"  {line}")
-
-    def evaluate(step: int) -> None:
-        progress.eval_begin(step)
-        records = evaluate_records(lm, sets, step=step, tokens=tokens_seen, seq_len=seq_len,
-                                   batch_size=config.eval_batch, device=device, autocast_dtype=amp,
-                                   split=(d.rank, d.world), progress=progress.eval_progress)
-        progress.eval_end()
-        if not d.main:
-            return
-        for record in records:
-            log.write(record)
-        progress.message(f"eval at step {step}: " + "  ".join(
-            f"{r['domain']}{'*' if r['in_domain'] else ''} {r['loss']:.3f} ({r['bpb']:.3f} bpb)" for r in records))
-
-    def save(step: int, elapsed: float) -> None:
-        state = {"tokens": tokens_seen, "cursor": consumed.to_json(), "rng": checkpoint.rng_state(),
-                 "config_digest": digest, "elapsed": elapsed}
-        checkpoint.save(ckpt_root, step, lm, optimizer, state, model.text, keep=config.keep_checkpoints)
-
-    lm.train()
-    t_start = time.perf_counter()
-    # batches are made on a thread one step ahead, this process's rows (M * A, T + 1) pinned and
-    # copied without blocking: the step never waits for packing (its wait is logged as data_wait_s)
-    ahead = Prefetcher(stream, config.batch, slice(d.rank * micro * accum, (d.rank + 1) * micro * accum), device)
-    try:
-        for step in range(start, steps):
-            t0 = time.perf_counter()
-            set_lr(optimizer, lr := lr_at(step, steps, config.lr, config.warmup, config.min_lr_ratio))
-            batch = ahead.next()
-            consumed = batch.cursor
-            stats = training_step(parallel.loss, lm.parameters(), batch.rows, micro, autocast_dtype=amp,
-                                  clip=config.clip, micro_batch=parallel.micro_batch, keep_grads=config.cuda_graphs)
-            loss_value, grad_norm = stats.tolist()  # the step's one read of the device (the check below needs it)
-            loss_value = d.mean(loss_value, device)
-            if not (math.isfinite(loss_value) and math.isfinite(grad_norm)):
-                last = checkpoint.latest_name(ckpt_root)
-                what = "loss" if not math.isfinite(loss_value) else "gradient norm"
-                if d.main:
-                    log.write({"kind": "event", "step": step, "event": "nan",
-                               "detail": f"{what} {loss_value if what == 'loss' else grad_norm}"})
-                progress.close()
-                raise TrainingStopped(
-                    f"the {what} became {loss_value if what == 'loss' else grad_norm} at step {step + 1}; "
-                    "training stopped",
-                    hint=(f"the last good checkpoint is {ckpt_root / last}" if last else "no checkpoint was written yet")
-                    + "; lower the learning rate (--set lr=...) and start again, or resume with --resume")
-            apply_update(optimizer, keep_grads=config.cuda_graphs)
-            tokens_seen += config.batch * seq_len
-            now = time.perf_counter()
-            tokens_per_s = config.batch * seq_len / (now - t0)
-            utilisation = mfu(tokens_per_s)
-            if d.main:
-                if step == start:
-                    log.write({"kind": "event", "step": step + 1, "event": "first_step",
-                               "detail": f"{now - t_launch:.1f} s from the start of the command to the end of the "
-                                         f"first step, which took {now - t0:.1f} s"
-                                         + (f" (compiling {len(lm.blocks)} blocks and the loss head)"
-                                            if config.compile else ""),
-                               "seconds": now - t_launch})
-                    # the first forward has planned every mixer's path: say which ran
-                    paths = path_lines(lm.describe_paths(device))
-                    log.write({"kind": "event", "step": step + 1, "event": "paths", "detail": "; ".join(paths)})
-                    progress.message(f"paths on {device.type}: " + "; ".join(paths))
-                log.write({"kind": "train", "step": step + 1, "tokens": tokens_seen, "loss": loss_value, "lr": lr,
-                           "tokens_per_s": tokens_per_s, "mfu": utilisation, "data_wait_s": batch.wait_s,
-                           "time": elapsed0 + now - t_start})
-                progress.update(step + 1, loss_value, tokens_per_s, utilisation)
-            last_step = step + 1 == steps
-            if last_step or (config.eval_every and (step + 1) % config.eval_every == 0):
-                evaluate(step + 1)
-            if last_step or (config.checkpoint_every and (step + 1) % config.checkpoint_every == 0):
-                save(step + 1, elapsed0 + time.perf_counter() - t_start)  # every process calls; process 0 writes
-    finally:
-        ahead.close()
-    progress.close()
-    return steps
+    if not d.main:
+        return log
+    out.mkdir(parents=True, exist_ok=True)
+    if loaded is None:
+        (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
+        (out / "spec.seq").write_text(model.text)
+        log.path.unlink(missing_ok=True)
+    else:
+        log.truncate_after(start)
+        damaged = f" ({loaded.passed_over})" if loaded.passed_over else ""
+        log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}{damaged}"})
+    return log
 
 
-def _version() -> str:
-    from seqdsl import __version__
+def _announce(run: _Run, data: RunData) -> None:
+    config = run.config
+    run.progress.message(
+        f"training {run.model.spec.name} at preset {config.preset or 'as written'} "
+        f"({run.lm.num_parameters():,} parameters) for {run.steps} steps of "
+        f"{config.batch} x {run.seq_len} tokens on {run.device.type} x {run.d.world}; domains: train "
+        f"{', '.join(data.train_domains)}; evaluate {', '.join(data.eval_domains)}")
+    for line in run.model.report:  # what the resize changed or could not keep, and the verdict
+        run.progress.message(f"  {line}")
 
-    return __version__
+
+def _step(run: _Run, position: _Position, step: int, batch: Batch) -> tuple[float, float]:
+    """One optimizer step on `batch`, (the loss averaged over processes, the learning rate).
+    A non-finite loss or gradient norm stops the run before the update."""
+    config = run.config
+    set_lr(run.optimizer, lr := lr_at(step, run.steps, config.lr, config.warmup, config.min_lr_ratio))
+    stats = training_step(run.parallel.loss, run.lm.parameters(), batch.rows, run.micro, autocast_dtype=run.amp,
+                          clip=config.clip, micro_batch=run.parallel.micro_batch, keep_grads=config.cuda_graphs)
+    loss, grad_norm = stats.tolist()  # the step's one read of the device (the check below needs it)
+    loss = run.d.mean(loss, run.device)
+    _stop_unless_finite(run, step, loss, grad_norm)
+    apply_update(run.optimizer, keep_grads=config.cuda_graphs)
+    position.tokens += run.step_tokens
+    position.cursor = batch.cursor
+    return loss, lr
+
+
+def _stop_unless_finite(run: _Run, step: int, loss: float, grad_norm: float) -> None:
+    if math.isfinite(loss) and math.isfinite(grad_norm):
+        return
+    what, value = ("loss", loss) if not math.isfinite(loss) else ("gradient norm", grad_norm)
+    last = checkpoint.latest_name(run.ckpt_root)
+    if run.d.main:
+        run.log.write({"kind": "event", "step": step, "event": "nan", "detail": f"{what} {value}"})
+    run.progress.close()
+    raise TrainingStopped(
+        f"the {what} became {value} at step {step + 1}; training stopped",
+        hint=(f"the last good checkpoint is {run.ckpt_root / last}" if last else "no checkpoint was written yet")
+        + "; lower the learning rate (--set lr=...) and start again, or resume with --resume")
+
+
+def _record_step(run: _Run, position: _Position, clock: _Clock, step: int, batch: Batch, *, loss: float,
+                 lr: float, t0: float) -> None:
+    """Process 0's records of a step: the train record, the progress line, and after the first
+    step of this process, how long the command took to get there."""
+    now = time.perf_counter()
+    tokens_per_s = run.step_tokens / (now - t0)
+    utilisation = run.mfu(tokens_per_s)
+    if step == position.start:
+        compiling = f" (compiling {len(run.lm.blocks)} blocks and the loss head)" if run.config.compile else ""
+        run.log.write({"kind": "event", "step": step + 1, "event": "first_step",
+                       "detail": f"{now - clock.launched:.1f} s from the start of the command to the end of the "
+                                 f"first step, which took {now - t0:.1f} s{compiling}",
+                       "seconds": now - clock.launched})
+        # the first forward has planned every mixer's path: say which ran
+        paths = path_lines(run.lm.describe_paths(run.device))
+        run.log.write({"kind": "event", "step": step + 1, "event": "paths", "detail": "; ".join(paths)})
+        run.progress.message(f"paths on {run.device.type}: " + "; ".join(paths))
+    run.log.write({"kind": "train", "step": step + 1, "tokens": position.tokens, "loss": loss, "lr": lr,
+                   "tokens_per_s": tokens_per_s, "mfu": utilisation, "data_wait_s": batch.wait_s,
+                   "time": position.elapsed_before + now - clock.started})
+    run.progress.update(step + 1, loss, tokens_per_s, utilisation)
+
+
+def _evaluate(run: _Run, step: int, tokens: int) -> None:
+    """Every process scores its share of the held-out sets; process 0 writes the records."""
+    run.progress.eval_begin(step)
+    records = evaluate_records(run.lm, run.sets, step=step, tokens=tokens, seq_len=run.seq_len,
+                               batch_size=run.config.eval_batch, device=run.device, autocast_dtype=run.amp,
+                               split=(run.d.rank, run.d.world), progress=run.progress.eval_progress)
+    run.progress.eval_end()
+    if not run.d.main:
+        return
+    for record in records:
+        run.log.write(record)
+    run.progress.message(f"eval at step {step}: " + "  ".join(
+        f"{r['domain']}{'*' if r['in_domain'] else ''} {r['loss']:.3f} ({r['bpb']:.3f} bpb)" for r in records))
+
+
+def _save(run: _Run, position: _Position, step: int, elapsed: float) -> None:
+    state = {"tokens": position.tokens, "cursor": position.cursor.to_json(), "rng": checkpoint.rng_state(),
+             "config_digest": run.digest, "elapsed": elapsed}
+    checkpoint.save(run.ckpt_root, step, run.lm, run.optimizer, state, run.model.text, keep=run.config.keep_checkpoints)

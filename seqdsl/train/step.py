@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
-from seqdsl.train.device import autocast
+from seqdsl.run.device import autocast
 
 
 def next_token_loss(logits: Tensor, targets: Tensor) -> Tensor:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from seqdsl import loads
 from seqdsl.check import check_program
-from seqdsl.check.sharpness import (SELECTABLE_WEIGHT, effective_inverse_temperature,
+from seqdsl.check.sharpness import (effective_inverse_temperature,
                                     forward_keys, max_softmax_weight, qk_norm_logit_bound,
                                     sharpness)
 

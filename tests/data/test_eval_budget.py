@@ -14,7 +14,7 @@ import seqdsl
 from seqdsl.data.documents import Document, is_heldout, split_heldout
 from seqdsl.data.heldout import build_eval_sets
 from seqdsl.data.tokenizer import ByteTokenizer, load_tokenizer
-from seqdsl.eval import evaluate
+from seqdsl.run.loss import evaluate
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 from tests.data.sources import MemorySource

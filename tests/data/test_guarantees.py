@@ -4,7 +4,7 @@ Each test trains a micro model (tests/train/helpers.py) with `seqdsl.train.run.t
 three-domain corpus written here as JSONL shards, with a word-level tokenizer in which every word
 belongs to one document only: a token id then names the document it came from. The run is
 watched at two points only: the rows `training_step` receives (what the optimizer trains on) and
-the evaluation sets `seqdsl.eval.loss.evaluate` measures. Nothing is read from the packing or
+the evaluation sets `seqdsl.run.loss.evaluate` measures. Nothing is read from the packing or
 held-out helpers, so the checks hold whatever those become. (The documents are shorter than a
 held-out unit, seqdsl/data/documents.py, so each is held out or trained on whole.) Checked:
 
@@ -40,9 +40,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from seqdsl.eval import loss as loss_module
+from seqdsl.run import loss as loss_module
 from seqdsl.train import run as run_module
-from seqdsl.train.config import build_config
+from seqdsl.run.config import build_config
 from tests.train.helpers import MICRO_SPEC, write_jsonl
 
 tokenizers = pytest.importorskip("tokenizers")

@@ -14,7 +14,7 @@ from seqdsl.eval.compare import (
     BELOW_AT_FIRST, EARLY, NOT_REACHED, SPARSE, compare, markdown, to_json, train_loss_at)
 from seqdsl.eval.metrics import read_run
 from seqdsl.eval.plot import figure, plot
-from seqdsl.eval.records import eval_records
+from seqdsl.run.records import eval_records
 
 STEPS = (10, 20, 30, 40)
 

@@ -16,8 +16,8 @@ import seqdsl.eval.sets
 from seqdsl.cli.main import main
 from seqdsl.data.bytes import encode_bytes
 from seqdsl.data.evalset import EvalSet
-from seqdsl.eval import evaluate
-from seqdsl.eval.checkpoint_io import CheckpointError, build_model, read_checkpoint
+from seqdsl.run.loss import evaluate
+from seqdsl.run.rundir import CheckpointError, build_model, read_checkpoint
 from seqdsl.eval.metrics import read_run
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
@@ -171,7 +171,7 @@ def test_eval_rebuilds_exactly_the_heldout_sets_training_evaluated(tmp_path, mon
     domain) then code, and `seqdsl eval` on the run must rebuild those same sets (same domains,
     order, tokens and bytes) and give the records training wrote for the same checkpoint."""
     from seqdsl.eval.sets import run_eval_sets
-    from seqdsl.train.setup import RunData
+    from seqdsl.run.data import RunData
     from tests.train.helpers import micro_run_args
 
     built = []

@@ -9,7 +9,7 @@ import torch
 
 import seqdsl
 from seqdsl.data.evalset import EvalSet
-from seqdsl.eval import evaluate
+from seqdsl.run.loss import evaluate
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.train.metrics import Progress, RemainingTime, clock_text

@@ -11,8 +11,8 @@ import torch.nn.functional as F
 
 import seqdsl
 from seqdsl.data.evalset import EvalSet
-from seqdsl.eval import EvalError, evaluate
-from seqdsl.eval.loss import windows
+from seqdsl.run.loss import EvalError, evaluate
+from seqdsl.run.loss import windows
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 
@@ -132,7 +132,7 @@ def test_a_split_evaluation_adds_up_to_the_whole_with_as_many_forwards_per_proce
     """Two processes' shares (rank 0 and 1 of 2; the sum over processes replaced by the identity)
     add up to the one-process loss, and both processes run the same number of forwards (a
     sharded model's forward is collective), the one with fewer batches a discarded one."""
-    import seqdsl.eval.loss as loss_mod
+    import seqdsl.run.loss as loss_mod
 
     lm = tiny_lm("tiny_attn")
     tokens = torch.randint(0, 23, (62,), generator=torch.Generator().manual_seed(1))  # 5 windows of 12, a tail of 1

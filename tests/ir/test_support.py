@@ -10,7 +10,8 @@ from seqdsl import load
 from seqdsl.check import check_program
 from seqdsl.ir import nodes, support
 from seqdsl.ir.key import kernel_key
-from seqdsl.lower import fla_paths
+from seqdsl.lower.backends import fla as fla_backend
+from seqdsl.lower.backends.base import BackendName
 from seqdsl.lower.paths import PathChooser
 from tests.spec_library import SPEC_FILES, SPEC_IDS, SPECS_DIR
 
@@ -71,7 +72,7 @@ def test_planner_and_checker_read_the_same_table(path, monkeypatch):
     reference whether fla imports or not; the test says fla does not, rather than import it (7 s
     on 2 cores). test_cli_lower's slow GPU-plan test runs the real import."""
     if not torch.cuda.is_available():
-        monkeypatch.setattr(fla_paths, "importable", lambda: False)
+        monkeypatch.setattr(fla_backend, "importable", lambda: False)
     loaded, model, mixers = _own_mixers(path)
     report = check_program(loaded)
     for mixer in mixers:
@@ -82,9 +83,9 @@ def test_planner_and_checker_read_the_same_table(path, monkeypatch):
         if any(v.ok for v in verdicts):
             assert not warned, (mixer.name, warned)
             ops = {v.op for v in verdicts if v.ok}
-            assert plan.path in ops or plan.path.startswith("reference") and plan.reason, plan
+            assert plan.op in ops or plan.backend is BackendName.REFERENCE and plan.reason, plan
         else:
-            assert plan.path.startswith("reference")
+            assert plan.op.startswith("reference")
             assert all(v.reason in plan.reason for v in verdicts), (plan.reason, verdicts)
             assert warned, mixer.name
 

@@ -93,5 +93,5 @@ def test_compiled_call_without_a_plan_is_refused_with_a_message():
     lm, (block, *_) = blocks_of(next(p for p in RECURRENT if p.stem == "mamba2"))
     torch._dynamo.reset()
     compiled = torch.compile(block, fullgraph=True, backend=BACKEND)
-    with pytest.raises(Exception, match="plan_paths") as err:
+    with pytest.raises(Exception, match="plan_paths"):
         compiled(torch.randn(B, T, lm.spec.d_model), BlockState())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqdsl.lower import fla_paths
+from seqdsl.lower.backends import fla as fla_paths
 from seqdsl.reference import recurrent as rec_ref
 
 ops = pytest.importorskip("fla.ops")

@@ -1,8 +1,8 @@
-"""On a GPU with mamba-ssm installed, the mamba-ssm SSD path (seqdsl/lower/mamba_paths.py) equals
+"""On a GPU with mamba-ssm installed, the mamba-ssm SSD path (seqdsl/lower/backends/mamba_ssd.py) equals
 the reference recurrence in outputs, final state and the gradient of every input, for the keys of
 Mamba-2, its ablations and RetNet; a prefill on it hands its state on exactly; its decoding steps
 (mamba-ssm's selective_state_update) equal the reference step, and generate() on the mamba paths
-picks the reference's tokens. Mamba-1's selective scan (seqdsl/lower/selective_scan_paths.py)
+picks the reference's tokens. Mamba-1's selective scan (seqdsl/lower/backends/mamba_scan.py)
 equals the reference's selective step likewise, from an initial state, its decoding steps on
 selective_state_update equal the reference step, and a Mamba-1 model trains and generates on
 them. Skipped without CUDA or mamba-ssm (benchmarks/build_mamba_ssm.py builds it)."""
@@ -14,16 +14,18 @@ import warnings
 import pytest
 import torch
 
-from seqdsl.lower import mamba_paths, selective_scan_paths
+from seqdsl.lower.backends import mamba_scan, mamba_ssd
 from seqdsl.lower.lm import LanguageModel
-from seqdsl.lower.paths import RecurrentInputs, _recurrent_reference, set_path
+from seqdsl.lower.backends.reference import recurrent_reference
+from seqdsl.lower.inputs import RecurrentInputs
+from seqdsl.lower.paths import set_path
 from tests.ir.test_support import _library_key
 from tests.spec_library import SPECS_DIR, spec_model
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device"),
-    pytest.mark.skipif(torch.cuda.is_available() and bool(mamba_paths.importable()),
+    pytest.mark.skipif(torch.cuda.is_available() and bool(mamba_ssd.importable()),
                        reason="mamba-ssm is not importable here (benchmarks/build_mamba_ssm.py --install builds it)"),
 ]
 
@@ -35,7 +37,7 @@ def _inputs(key, T: int, dtype=torch.float32):
     """q and k per group (B, T, G, K), as the projections make them; v, log decay, state."""
     g = torch.Generator().manual_seed(0)
     rnd = lambda *s: torch.randn(*s, generator=g).cuda().to(dtype)
-    B, H, G, K, V = 2, key.heads, mamba_paths.groups(key), key.feature_dim, key.value_cols
+    B, H, G, K, V = 2, key.heads, mamba_ssd.groups(key), key.feature_dim, key.value_cols
     log_decay = None if key.decay_shape == "none" else -torch.rand(B, T, H, generator=g).cuda() * 0.3
     m = RecurrentInputs(q=rnd(B, T, G, K) * key.scale, k=rnd(B, T, G, K), v=rnd(B, T, H, V), log_decay=log_decay)
     return m, rnd(B, H, K, V).float() * 0.1
@@ -73,8 +75,8 @@ def _forward_backward(fn, key, m, S):
 def test_mamba_ssd_matches_the_reference_with_every_gradient(name, no_tf32):
     key = _library_key(name)
     m, S = _inputs(key, T=600)  # over two of mamba's 256-step chunks, not a multiple of them
-    fast = _forward_backward(mamba_paths.run, key, m, S)
-    ref = _forward_backward(lambda k, mm, s: _recurrent_reference(k, mm, s, False), key, m, S)
+    fast = _forward_backward(mamba_ssd.run, key, m, S)
+    ref = _forward_backward(lambda k, mm, s: recurrent_reference(k, mm, s, False), key, m, S)
     what = ["output", "state", "dq", "dk", "dv", "dlog_decay", "dS0"][:len(ref) - 1] + ["dS0"]
     errors = {w: _rel(x, y) for w, x, y in zip(what, fast, ref)}
     print(f"\n{name}: " + ", ".join(f"{w} {e:.1e}" for w, e in errors.items()))
@@ -88,17 +90,17 @@ def test_mamba_prefill_state_continues_exactly():
     m, S = _inputs(key, T=500)
     m = _heads(key, m)
     part = lambda t0, t1: RecurrentInputs(**{f: getattr(m, f)[:, t0:t1] for f in ("q", "k", "v", "log_decay")})
-    o1, S1 = mamba_paths.run(key, part(0, 300), S)
-    o2, S2 = mamba_paths.run(key, part(300, 500), S1)
-    o, S_all = mamba_paths.run(key, m, S)
+    o1, S1 = mamba_ssd.run(key, part(0, 300), S)
+    o2, S2 = mamba_ssd.run(key, part(300, 500), S1)
+    o, S_all = mamba_ssd.run(key, m, S)
     assert _rel(torch.cat([o1, o2], dim=1), o) < 1e-3 and _rel(S2, S_all) < 1e-3
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mamba_self_check_passes_here(dtype):
     key = _library_key("mamba2")
-    ok, detail = mamba_paths.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
-                                        mamba_paths.groups(key), key.heads, True)
+    ok, detail = mamba_ssd.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                        mamba_ssd.groups(key), key.heads, True)
     assert ok, detail
 
 
@@ -107,7 +109,7 @@ def test_mamba_decoding_steps_match_the_reference_step(name):
     """Five chained steps of three sequences through selective_state_update, from a state."""
     key = _library_key(name)
     g = torch.Generator().manual_seed(0)
-    B, H, G, K, V, T = 3, key.heads, mamba_paths.groups(key), key.feature_dim, key.value_cols, 5
+    B, H, G, K, V, T = 3, key.heads, mamba_ssd.groups(key), key.feature_dim, key.value_cols, 5
     rnd = lambda *s: torch.randn(*s, generator=g).cuda()
     grouped = lambda: rnd(B, T, G, K).repeat_interleave(H // G, dim=2)
     log_decay = None if key.decay_shape == "none" else -torch.rand(B, T, H, generator=g).cuda() * 0.3
@@ -117,8 +119,8 @@ def test_mamba_decoding_steps_match_the_reference_step(name):
         one = RecurrentInputs(q=m.q[:, t:t + 1], k=m.k[:, t:t + 1], v=m.v[:, t:t + 1],
                               log_decay=None if log_decay is None else log_decay[:, t:t + 1])
         with torch.no_grad():
-            o, S = mamba_paths.step(key, one, S)
-            o_ref, S_ref = _recurrent_reference(key, one, S_ref, True)
+            o, S = mamba_ssd.step(key, one, S)
+            o_ref, S_ref = recurrent_reference(key, one, S_ref, True)
         errors = (_rel(o, o_ref), _rel(S, S_ref))
         assert max(errors) < 1e-4, (t, errors)  # float32 throughout, no tensor-core dots
     print(f"\n{name}: step output {errors[0]:.1e}, state {errors[1]:.1e}")
@@ -132,15 +134,15 @@ def test_generate_on_the_mamba_paths_picks_the_reference_tokens(no_tf32, monkeyp
     torch.manual_seed(0)
     lm = LanguageModel(program, model).cuda()
     calls = []
-    real_step = mamba_paths.step
-    monkeypatch.setattr(mamba_paths, "step", lambda *a: calls.append(1) or real_step(*a))
+    real_step = mamba_ssd.step
+    monkeypatch.setattr(mamba_ssd, "step", lambda *a: calls.append(1) or real_step(*a))
     prompt = torch.randint(0, 256, (2, 300), device="cuda")  # over one 256-step chunk
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         tokens = lm.generate(prompt, 12)
     assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]  # no fallback hides here
     plans = [block.mixer.paths.describe()["cuda"] for block in lm.blocks]
-    assert all(p.path == "mamba.ssd" and "selective_state_update, self-checked" in p.reason for p in plans), plans
+    assert all(p.op == "mamba.ssd" and "selective_state_update, self-checked" in p.reason for p in plans), plans
     assert len(calls) == 12 * len(lm.blocks)  # every decoding step of every layer ran the kernel
     with torch.no_grad():
         fast_logits = _decode_logits(lm, tokens, prompt.shape[1])
@@ -174,12 +176,12 @@ def _selective_forward_backward(fn, inputs):
 
 def test_mamba1_selective_scan_matches_the_reference_with_every_gradient(no_tf32):
     key = _library_key("mamba")
-    assert mamba_paths.groups(key) == 1 and key.decay_shape == "selective"
+    assert mamba_ssd.groups(key) == 1 and key.decay_shape == "selective"
     # 64 of Mamba-1's channels (heads of width 1), its 16-entry state, over 600 steps, from a state
-    inputs = selective_scan_paths._inputs(key.feature_dim, key.value_cols, 1, 64, torch.float32,
+    inputs = mamba_scan._inputs(key.feature_dim, key.value_cols, 1, 64, torch.float32,
                                           torch.device("cuda"), T=600)
-    fast = _selective_forward_backward(selective_scan_paths._fast, inputs)
-    ref = _selective_forward_backward(selective_scan_paths.reference, inputs)
+    fast = _selective_forward_backward(mamba_scan._fast, inputs)
+    ref = _selective_forward_backward(mamba_scan.reference, inputs)
     what = ["output", "state", "dq", "dk", "dv", "ddt", "drate", "dS0"]
     errors = {w: _rel(x, y) for w, x, y in zip(what, fast, ref)}
     print("\nmamba (selective scan): " + ", ".join(f"{w} {e:.1e}" for w, e in errors.items()))
@@ -189,26 +191,27 @@ def test_mamba1_selective_scan_matches_the_reference_with_every_gradient(no_tf32
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_mamba1_selective_scan_self_check_passes_here(dtype):
     key = _library_key("mamba")
-    ok, detail = selective_scan_paths.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
-                                                 mamba_paths.groups(key), key.heads)
+    ok, detail = mamba_scan.self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_ssd.groups(key), key.heads)
     assert ok, detail
 
 
 def test_mamba1_decoding_steps_match_the_reference_step():
     key = _library_key("mamba")
     for dtype in (torch.float32, torch.bfloat16):
-        ok, detail = mamba_paths.step_self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
-                                                 mamba_paths.groups(key), key.heads, "selective")
+        ok, detail = mamba_ssd.step_self_check(dtype, torch.device("cuda"), key.feature_dim, key.value_cols,
+                                                 mamba_ssd.groups(key), key.heads, "selective",
+                                                 mamba_scan.grouped_step)
         assert ok, (dtype, detail)
-    inputs, S = mamba_paths._step_inputs(key.feature_dim, key.value_cols, 1, 64, "selective", torch.float32,
+    inputs, S = mamba_ssd._step_inputs(key.feature_dim, key.value_cols, 1, 64, "selective", torch.float32,
                                          torch.device("cuda"), steps=5)
     S_ref = S
     for t in range(5):
         one = RecurrentInputs(q=inputs.q[:, t:t + 1], k=inputs.k[:, t:t + 1], v=inputs.v[:, t:t + 1],
                               dt=inputs.dt[:, t:t + 1], rate=inputs.rate)
         with torch.no_grad():
-            o, S = selective_scan_paths.step(key, one, S)
-            o_ref, S_ref = _recurrent_reference(key, one, S_ref, True)
+            o, S = mamba_scan.step(key, one, S)
+            o_ref, S_ref = recurrent_reference(key, one, S_ref, True)
         errors = (_rel(o, o_ref), _rel(S, S_ref))
         assert max(errors) < 1e-4, (t, errors)
     print(f"\nmamba: step output {errors[0]:.1e}, state {errors[1]:.1e}")
@@ -222,8 +225,8 @@ def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32, monk
     lm = LanguageModel(program, model).cuda()
     tokens = torch.randint(0, 256, (2, 300), device="cuda")
     calls = []
-    real_step = selective_scan_paths.step
-    monkeypatch.setattr(selective_scan_paths, "step", lambda *a: calls.append(1) or real_step(*a))
+    real_step = mamba_scan.step
+    monkeypatch.setattr(mamba_scan, "step", lambda *a: calls.append(1) or real_step(*a))
 
     def logits_and_grads():
         lm.zero_grad()
@@ -237,7 +240,7 @@ def test_a_mamba1_model_trains_and_generates_on_the_selective_scan(no_tf32, monk
         generated = lm.generate(tokens[:, :200], 10)
     assert not [str(w.message) for w in caught if "seqdsl" in str(w.message)]
     plans = [block.mixer.paths.describe()["cuda"] for block in lm.blocks]
-    assert all(p.path == "mamba.selective_scan" and "selective_state_update, self-checked" in p.reason
+    assert all(p.op == "mamba.selective_scan" and "selective_state_update, self-checked" in p.reason
                for p in plans), plans
     assert len(calls) == 10 * len(lm.blocks)
     set_path(lm, "reference")
@@ -265,7 +268,7 @@ def test_a_model_on_the_mamba_paths_compiles_as_one_graph_and_equals_eager(name,
     torch.manual_seed(0)
     lm = LanguageModel(program, model).cuda()
     lm.plan_paths(torch.device("cuda"))
-    assert {block.mixer.paths.describe()["cuda"].path for block in lm.blocks} == {path}
+    assert {block.mixer.paths.describe()["cuda"].op for block in lm.blocks} == {path}
     x = torch.randint(0, 256, (2, 300), device="cuda")  # over one of the SSD's 256-step chunks
     torch._dynamo.reset()
     explained = torch._dynamo.explain(lm.training_hidden)(x)

@@ -16,7 +16,7 @@ from seqdsl.ir import nodes
 import seqdsl
 from seqdsl.check import check_program
 from seqdsl.ir.printer import format_module, mixer_decl
-from seqdsl.lower import fla_paths
+from seqdsl.lower.backends import fla as fla_backend
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.lower.mixer import LoweringError, MixerModule
 from seqdsl.lower.paths import set_path
@@ -122,7 +122,7 @@ def test_per_channel_kernels_get_a_per_channel_decay(recorded_fla, op, decay):
     bonus = torch.zeros(2, 16) if op == "fla.chunk_rwkv6" else None
     a = torch.rand(1, 5, 2, 16) if op == "fla.chunk_rwkv7" else None
     kappa = torch.randn(1, 5, 2, 16) if a is not None else None
-    fla_paths._call(op, q, k, v, log_decay, None, bonus, a, kappa, None)
+    fla_backend._call(op, q, k, v, log_decay, None, bonus, a, kappa, None)
     args, kwargs = recorded_fla[op.split(".")[1]]
     g = args[1] if op == "fla.chunk_rwkv7" else kwargs.get("g", kwargs.get("w"))
     assert g.shape == k.shape
@@ -140,7 +140,7 @@ def test_scalar_decay_and_delta_kernels_get_their_arguments(recorded_fla, op):
     log_decay = -torch.rand(1, 5, 2) if op != "fla.chunk_delta_rule" else None
     beta = torch.rand(1, 5, 2) if "delta" in op else None
     S = torch.randn(1, 2, 16, 16)
-    fla_paths._call(op, q, k, v, log_decay, beta, None, None, None, S)
+    fla_backend._call(op, q, k, v, log_decay, beta, None, None, None, S)
     args, kwargs = recorded_fla[op.split(".")[1]]
     assert args[0] is q or torch.equal(args[0], q)
     assert torch.equal(args[1], k) and torch.equal(args[2], v)
@@ -212,6 +212,6 @@ def test_a_score_scale_at_most_zero_plans_the_explicit_mask_and_matches_the_refe
     set_path(reference, "reference")
     x = torch.randn(2, 24, 32, dtype=torch.float64)
     out, _ = module(x.float())
-    assert module.paths.describe()["cpu"].path == "sdpa.mask"
+    assert module.paths.describe()["cpu"].op == "sdpa.mask"
     want, _ = reference(x)
     assert ((out.double() - want).norm() / want.norm()).item() < 1e-5

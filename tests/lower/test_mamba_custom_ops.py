@@ -5,7 +5,7 @@ fake (meta) implementations and autograd registrations agree with what they run
 gradients equal the eager call's. The kernels themselves run on a GPU only
 (tests/lower/test_gpu_mamba.py); a compiled model on them is in tests/lower/test_gpu_mamba.py too.
 
-Stand-ins: for the SSD, the reference in mamba's layout (mamba_paths.reference) and its autograd
+Stand-ins: for the SSD, the reference in mamba's layout (mamba_ssd.reference) and its autograd
 gradient; for the selective scan, Mamba-1's published scan (tests/oracles/selective_scan.py), with
 the extension's layout of its saved states x (B, D, chunks, 2K), the last state at x[:, :, -1, 1::2].
 """
@@ -18,13 +18,13 @@ import pytest
 import torch
 import torch._dynamo
 
-from seqdsl.lower import mamba_paths
-from seqdsl.lower import selective_scan_paths as scan_paths
+from seqdsl.lower.backends import mamba_ssd
+from seqdsl.lower.backends import mamba_scan as scan_paths
 from tests.oracles.selective_scan import selective_scan_loop
 
 
 def _ssd_stand_in_forward(x, log_decay, Bm, Cm, init, chunk):
-    o, final = mamba_paths.reference(x, log_decay, Bm, Cm, init)
+    o, final = mamba_ssd.reference(x, log_decay, Bm, Cm, init)
     return o.to(x.dtype).contiguous(), final.float().contiguous()  # mamba's layout: contiguous
 
 
@@ -34,7 +34,7 @@ def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
 
     def call(*args):
         it = iter(args)
-        return mamba_paths.reference(*(None if t is None else next(it) for t in (x, log_decay, Bm, Cm, init)))
+        return mamba_ssd.reference(*(None if t is None else next(it) for t in (x, log_decay, Bm, Cm, init)))
 
     _, vjp = torch.func.vjp(call, *present)
     grads = iter(vjp((dout, dfinal)))
@@ -44,8 +44,8 @@ def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
 
 @pytest.fixture
 def ssd_stand_in(monkeypatch):
-    monkeypatch.setattr(mamba_paths, "_forward", _ssd_stand_in_forward)
-    monkeypatch.setattr(mamba_paths, "_backward", _ssd_stand_in_backward)
+    monkeypatch.setattr(mamba_ssd, "_forward", _ssd_stand_in_forward)
+    monkeypatch.setattr(mamba_ssd, "_backward", _ssd_stand_in_backward)
 
 
 def _ssd_inputs(decay: bool, init: bool, T: int = 11):
@@ -66,15 +66,15 @@ def _grads(fn, inputs):
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
 def test_the_ssd_op_passes_opcheck(ssd_stand_in, decay, init):
     inputs = [None if t is None else t.requires_grad_() for t in _ssd_inputs(decay, init)]
-    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd.default, (*inputs, mamba_paths.CHUNK))
+    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd.default, (*inputs, mamba_ssd.CHUNK))
 
 
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
 def test_the_ssd_op_compiles_as_one_graph_with_the_reference_gradients(ssd_stand_in, decay, init):
     torch._dynamo.reset()
     inputs = _ssd_inputs(decay, init)
-    compiled = torch.compile(mamba_paths.ssd, fullgraph=True, backend="aot_eager")
-    got, want = _grads(compiled, inputs), _grads(mamba_paths.reference, inputs)
+    compiled = torch.compile(mamba_ssd.ssd, fullgraph=True, backend="aot_eager")
+    got, want = _grads(compiled, inputs), _grads(mamba_ssd.reference, inputs)
     assert len(got) == len(want) == 2 + 3 + decay + init
     for x, y in zip(got, want):
         assert torch.allclose(x, y, rtol=1e-5, atol=1e-6)

@@ -31,7 +31,7 @@ The CPU-runnable paths: the reference's forms; `sdpa.causal` and `sdpa.mask` (SD
 generated Top-1 Triton kernels under TRITON_INTERPRET=1 (tests/conftest.py sets it on a machine
 without a GPU); flash-linear-attention's runtime with fla's
 own pure-PyTorch naive recurrences standing in for its Triton kernels (the argument mapping
-of seqdsl/lower/fla_paths.py is what runs); mamba-ssm's SSD and selective scan runtimes with the
+of seqdsl/lower/backends/fla.py is what runs); mamba-ssm's SSD and selective scan runtimes with the
 stand-ins of tests/lower/test_mamba_custom_ops.py for their CUDA kernels. A path is forced by
 replacing the planner's answer (`PathChooser.plan`), as tests/lower/test_plan_dispatch.py does.
 
@@ -58,10 +58,11 @@ from seqdsl.ir import nodes, support
 from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.printer import format_module, format_value, mixer_decl
-from seqdsl.lower import mamba_paths
-from seqdsl.lower import selective_scan_paths as scan_paths
+from seqdsl.lower.backends import mamba_ssd
+from seqdsl.lower.backends import mamba_scan as scan_paths
 from seqdsl.lower.mixer import MixerModule
-from seqdsl.lower.paths import Plan, set_path
+from seqdsl.lower.backends.base import BackendName, Plan
+from seqdsl.lower.paths import set_path
 from tests.lower.test_mamba_custom_ops import _ExtensionStandIn, _ssd_stand_in_backward, _ssd_stand_in_forward
 from tests.lower.test_recurrent_ref import fla_naive
 
@@ -349,7 +350,7 @@ def cpu_paths(module: MixerModule) -> list[str]:
 
 
 def _naive_fla_ops() -> types.SimpleNamespace:
-    """fla.ops as seqdsl/lower/fla_paths.py calls it, each chunked kernel replaced by fla's own
+    """fla.ops as seqdsl/lower/backends/fla.py calls it, each chunked kernel replaced by fla's own
     naive (pure-PyTorch, differentiable) recurrence of the same math. Layouts (B, T, H, *);
     the naive functions that scale q by K^-1/2 themselves get q pre-scaled by K^1/2."""
     head_first = lambda t: t.transpose(1, 2)
@@ -400,8 +401,8 @@ def naive_fla():
 def stand_ins(monkeypatch, naive_fla):
     """The GPU kernels' stand-ins (module docstring)."""
     monkeypatch.setitem(sys.modules, "fla", naive_fla)
-    monkeypatch.setattr(mamba_paths, "_forward", _ssd_stand_in_forward)
-    monkeypatch.setattr(mamba_paths, "_backward", _ssd_stand_in_backward)
+    monkeypatch.setattr(mamba_ssd, "_forward", _ssd_stand_in_forward)
+    monkeypatch.setattr(mamba_ssd, "_backward", _ssd_stand_in_backward)
     monkeypatch.setattr(scan_paths, "_cuda", lambda: _ExtensionStandIn())
 
 
@@ -423,7 +424,7 @@ def on_path(module: MixerModule, path: str) -> MixerModule:
         set_path(module, path)
         return module
     chooser = module.paths
-    forced = Plan(path, "forced by the test")
+    forced = Plan(BackendName(path.partition(".")[0]), path, "forced by the test")
     chooser.plan = lambda device, dtype=None: forced  # shadows the method: every call runs `path`
     if path.startswith("triton."):
         from seqdsl.kernels import top1

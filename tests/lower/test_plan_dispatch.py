@@ -1,6 +1,6 @@
 """The plan is the one decision of which backend runs a mixer's stage (3); a call only executes
-it through that backend's runtime (seqdsl/lower/paths.py: `_RUNTIMES`). Runs on CPU: the fast
-runtimes are replaced by stand-ins where a GPU kernel would run."""
+it through the backend the plan names (seqdsl/lower/backends/). Runs on CPU: the fast backends
+are replaced by stand-ins where a GPU kernel would run."""
 
 from __future__ import annotations
 
@@ -9,9 +9,14 @@ import torch
 
 import seqdsl
 from seqdsl.ir.key import dense_at, kernel_key
-from seqdsl.lower import mamba_paths, paths
+from seqdsl.lower import backends, paths
+from seqdsl.lower.backends import mamba_ssd
+from seqdsl.lower.backends import reference as reference_backend
+from seqdsl.lower.backends import sdpa as sdpa_backend
 from seqdsl.lower.lm import build_lm
-from seqdsl.lower.paths import PathChooser, Plan, RecurrentInputs
+from seqdsl.lower.backends.base import BackendName, Plan
+from seqdsl.lower.inputs import RecurrentInputs
+from seqdsl.lower.paths import PathChooser
 from seqdsl.reference.recurrent import recurrent_ref
 from tests.ir.test_support import _library_key
 
@@ -31,47 +36,48 @@ class _Recorder:
     def __init__(self):
         self.calls = []
 
-    def run(self, key, path, m, S, *, step_checked=False):
-        self.calls.append(path)
+    def recur(self, key, op, m, S, *, step_checked=False):
+        self.calls.append(op)
         return m.v, S
 
 
-def test_a_recurrent_call_runs_the_runtime_of_the_planned_backend(monkeypatch):
+def test_a_recurrent_call_runs_the_planned_backend(monkeypatch):
     recorder = _Recorder()
-    monkeypatch.setitem(paths._RUNTIMES, "fla", recorder)
+    monkeypatch.setitem(backends.RECURRENT, BackendName.FLA, recorder)
     chooser = PathChooser(_library_key("mamba2"), "mamba2")
-    monkeypatch.setattr(chooser, "plan", lambda device, dtype=None: Plan("fla.chunk_simple_gla", "planned"))
+    planned = Plan(BackendName.FLA, "fla.chunk_simple_gla", "planned")
+    monkeypatch.setattr(chooser, "plan", lambda device, dtype=None: planned)
     for T in (5, 1):  # a chunk and a decoding step: the plan decides both
         chooser.recurrent(_inputs(T), None)
     assert recorder.calls == ["fla.chunk_simple_gla"] * 2
-    assert chooser.describe()["cpu"] == Plan("fla.chunk_simple_gla", "planned")
+    assert chooser.describe()["cpu"] == planned
 
 
-def test_the_mamba_runtime_runs_an_unchecked_decoding_step_on_the_reference_step():
+def test_the_mamba_backend_runs_an_unchecked_decoding_step_on_the_reference_step():
     """The SSD kernels take chunks: one token runs recurrent_ref unless the state-update kernel
     passed its self-check (here: no mamba-ssm, so it never ran)."""
     key = _library_key("mamba2")
     m = _inputs(1)
     S = torch.randn(1, 2, 8, 8, dtype=torch.float64)
-    o, S1 = paths._RUNTIMES["mamba"].run(key, "mamba.ssd", m, S)
+    o, S1 = backends.MAMBA.recur(key, "mamba.ssd", m, S)
     o_ref, S1_ref = recurrent_ref(m.q, m.k, m.v, log_decay=m.log_decay, initial_state=S)
     assert torch.equal(o, o_ref) and torch.equal(S1, S1_ref)
 
 
-def test_every_planned_recurrent_path_has_a_runtime():
-    for path in ("reference.chunked", "reference.recurrent", "fla.chunk_gla", "mamba.ssd"):
-        assert paths.backend(path) in paths._RUNTIMES
+def test_every_backend_runs_one_family_or_both():
+    assert set(backends.ATTENTION) | set(backends.RECURRENT) == set(BackendName)
+    assert set(backends.ATTENTION) & set(backends.RECURRENT) == {BackendName.REFERENCE}
 
 
-def test_the_mamba_runtime_refuses_only_for_a_missing_mamba_ssm(monkeypatch):
+def test_the_mamba_backend_refuses_only_for_a_missing_mamba_ssm(monkeypatch):
     """No machine is known where mamba-ssm's SSD kernels refuse (the stub that said so is gone);
     the self-check judges the rest."""
-    assert not hasattr(mamba_paths, "known_refusal")
+    assert not hasattr(mamba_ssd, "known_refusal")
     key = _library_key("mamba2")
-    monkeypatch.setattr(mamba_paths, "importable", lambda: "mamba-ssm is not importable here (test)")
-    assert paths._RUNTIMES["mamba"].known_refusal(key, "mamba.ssd") == "mamba-ssm is not importable here (test)"
-    monkeypatch.setattr(mamba_paths, "importable", lambda: "")
-    assert paths._RUNTIMES["mamba"].known_refusal(key, "mamba.ssd") == ""
+    monkeypatch.setattr(mamba_ssd, "importable", lambda: "mamba-ssm is not importable here (test)")
+    assert backends.MAMBA.known_refusal(key, "mamba.ssd") == "mamba-ssm is not importable here (test)"
+    monkeypatch.setattr(mamba_ssd, "importable", lambda: "")
+    assert backends.MAMBA.known_refusal(key, "mamba.ssd") == ""
 
 
 # --- issue 20.9: a restriction that covers the context is planned as dense attention -----------------
@@ -140,7 +146,7 @@ def test_the_dense_reach_is_where_the_oracle_stops_being_full_attention(slots):
 class _Spy:
     def __init__(self, monkeypatch):
         self.calls = []
-        sdpa, ref = paths._sdpa, paths._attention_reference
+        sdpa, ref = sdpa_backend._sdpa, reference_backend.attention_reference
 
         def spy_sdpa(key, m, path):
             self.calls.append(("sdpa", key.family, key.visibility, path))
@@ -150,8 +156,8 @@ class _Spy:
             self.calls.append(("reference", key.family, key.visibility, None))
             return ref(key, m)
 
-        monkeypatch.setattr(paths, "_sdpa", spy_sdpa)
-        monkeypatch.setattr(paths, "_attention_reference", spy_ref)
+        monkeypatch.setattr(sdpa_backend, "_sdpa", spy_sdpa)
+        monkeypatch.setattr(reference_backend, "attention_reference", spy_ref)
 
 
 def _forward_backward(lm, tokens):
@@ -198,7 +204,7 @@ def test_described_paths_are_the_plans_the_calls_took_not_the_display_plan(monke
 
     def make_plan(self, device, dtype):
         if dtype is None:
-            return Plan("fla.chunk_simple_gla", "display: after a self-check")
+            return Plan(BackendName.FLA, "fla.chunk_simple_gla", "display: after a self-check")
         return real(self, device, dtype)
 
     monkeypatch.setattr(PathChooser, "_make_plan", make_plan)
@@ -207,4 +213,5 @@ def test_described_paths_are_the_plans_the_calls_took_not_the_display_plan(monke
     assert before == "fla.chunk_simple_gla"  # nothing ran yet: the static plan
     lm(torch.zeros(1, 8, dtype=torch.long))
     ((_, _, after, why),) = lm.describe_paths("cpu")
-    assert (after, why) == lm.blocks[0].mixer.paths.plan("cpu", torch.float32) and after == "reference.chunked"
+    ran = lm.blocks[0].mixer.paths.plan("cpu", torch.float32)
+    assert (after, why) == (ran.op, ran.reason) and after == "reference.chunked"

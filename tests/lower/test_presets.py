@@ -239,8 +239,9 @@ def test_training_resizes_to_its_sequence_length_and_reports_the_verdict(tmp_pat
     """`seqdsl train` trains at seq_len, not at the preset's context: windows keep their ratio to
     the context trained at, and the run's first messages carry the resize and its verdict.
     The config key `keep_absolute` (flag --keep-absolute) is the same knob as `lower`'s."""
-    from seqdsl.train.config import load_config
-    from seqdsl.train.setup import config_digest, resolve_model
+    from seqdsl.run.config import load_config
+    from seqdsl.run.digest import config_digest
+    from seqdsl.train.setup import resolve_model
 
     spec = str(SPECS_DIR / "window_256.seq")
     model = resolve_model(load_config(None, spec=spec, seq_len=128), vocab=256)

@@ -1,4 +1,4 @@
-"""The selective-scan path's mapping (seqdsl/lower/selective_scan_paths.py), on CPU: the arguments
+"""The selective-scan path's mapping (seqdsl/lower/backends/mamba_scan.py), on CPU: the arguments
 it gives mamba-ssm's `selective_scan_fn`, run through Mamba-1's published selective scan
 (tests/oracles/selective_scan.py), reproduce the reference's selective step
 (`seqdsl.reference.recurrent.selective_to_additive` then rule (1)) in float64; and the path's own
@@ -11,8 +11,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from seqdsl.lower import selective_scan_paths as paths
-from seqdsl.lower.paths import RecurrentInputs
+from seqdsl.lower.backends import mamba_scan as paths
+from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference.recurrent import chunked_ref, recurrent_ref, selective_to_additive
 from tests.oracles.selective_scan import selective_scan_loop
 from tests.oracles.ssd_loops import state_update

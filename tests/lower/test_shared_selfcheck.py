@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqdsl.lower import fla_paths, mamba_paths
+from seqdsl.lower.backends import fla as fla_backend, mamba_ssd
 from seqdsl.reference import selfcheck
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,30 +80,30 @@ def test_the_check_runs_its_own_backward_under_no_grad():
 
 @pytest.fixture
 def fresh_checks():
-    mamba_paths.self_check.cache_clear()
-    fla_paths.self_check.cache_clear()
+    mamba_ssd.self_check.cache_clear()
+    fla_backend.self_check.cache_clear()
     yield
-    mamba_paths.self_check.cache_clear()
-    fla_paths.self_check.cache_clear()
+    mamba_ssd.self_check.cache_clear()
+    fla_backend.self_check.cache_clear()
 
 
 @pytest.mark.parametrize("broken", [False, True])
 def test_the_mamba_check_is_the_shared_one(monkeypatch, fresh_checks, broken):
     """With the reference standing in for mamba's SSD kernels the check passes; with a write
     scaled by 1.01 it names the output."""
-    stand_in = mamba_paths.reference
+    stand_in = mamba_ssd.reference
     if broken:
-        stand_in = lambda x, *rest: mamba_paths.reference(x * 1.01, *rest)
-    monkeypatch.setattr(mamba_paths, "ssd", stand_in)
-    ok, detail = mamba_paths.self_check(torch.float32, torch.device("cpu"), 8, 8, 1, 2, True)
+        stand_in = lambda x, *rest: mamba_ssd.reference(x * 1.01, *rest)
+    monkeypatch.setattr(mamba_ssd, "ssd", stand_in)
+    ok, detail = mamba_ssd.self_check(torch.float32, torch.device("cpu"), 8, 8, 1, 2, True)
     assert (ok, detail) == (True, "") if not broken else (not ok and detail.startswith("output differs"))
 
 
 @pytest.mark.parametrize("op", ["fla.chunk_simple_gla", "fla.chunk_delta_rule", "fla.chunk_rwkv7"])
 def test_the_fla_check_is_the_shared_one(monkeypatch, fresh_checks, op):
-    monkeypatch.setattr(fla_paths, "_call", fla_paths._reference)
-    monkeypatch.setattr(fla_paths, "known_refusal", lambda op, decay: "")
-    assert fla_paths.self_check(op, torch.float32, torch.device("cpu"), 8, 8, "scalar") == (True, "")
+    monkeypatch.setattr(fla_backend, "_call", fla_backend._reference)
+    monkeypatch.setattr(fla_backend, "known_refusal", lambda op, decay: "")
+    assert fla_backend.self_check(op, torch.float32, torch.device("cpu"), 8, 8, "scalar") == (True, "")
 
 
 def _imports(folder: Path) -> set[str]:

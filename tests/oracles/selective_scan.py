@@ -1,6 +1,6 @@
 """Mamba-1's selective scan, written from its published definition (Gu & Dao 2023, Algorithm 2;
 the recurrence of mamba-ssm's `selective_scan_ref`), in mamba-ssm's own layout: a test-only
-oracle for the mapping in seqdsl/lower/selective_scan_paths.py. It imports nothing from mamba-ssm.
+oracle for the mapping in seqdsl/lower/backends/mamba_scan.py. It imports nothing from mamba-ssm.
 
 Shape legend: b batch, d channels, l steps, n state entries, g groups (each shared by d / g
 consecutive channels).

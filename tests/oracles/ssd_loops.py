@@ -1,6 +1,6 @@
 """Mamba-2's discrete SSD, written from its published definition (Dao & Gu 2024, the SSD
 recurrence of `ssd_minimal_discrete`), in mamba-ssm's own layout: a test-only oracle for the
-mapping in seqdsl/lower/mamba_paths.py. It imports nothing from mamba-ssm.
+mapping in seqdsl/lower/backends/mamba_ssd.py. It imports nothing from mamba-ssm.
 
 Shape legend: b batch, l steps, h heads, g groups (each shared by h / g consecutive heads),
 p head dim (mamba's x width), n state dim; c chunks of s steps.

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from seqdsl.train.config import load_config
+from seqdsl.run.config import load_config
 from tests.docs_generator import ROOT, load_script
 
 study = load_script("experiments/study.py", "study")

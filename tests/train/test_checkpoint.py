@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from seqdsl.train import checkpoint
+from seqdsl.run import checkpoint
 
 
 def _fork_writer(root: Path) -> int:

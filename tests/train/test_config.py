@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from seqdsl.errors import SeqError
-from seqdsl.train.config import DataConfig, load_config
-from seqdsl.train.setup import config_digest, resolve_model
+from seqdsl.run.config import DataConfig, load_config
+from seqdsl.run.digest import config_digest
+from seqdsl.train.setup import resolve_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -66,6 +67,34 @@ def test_resume_digest_ignores_how_the_batch_is_spread_but_not_what_is_trained()
     assert config_digest(spread) == config_digest(resolved)
     for key, value in (("lr", 0.2), ("batch", 32)):
         assert config_digest(dict(resolved, **{key: value})) != config_digest(resolved)
+
+
+def test_resume_digest_hashes_the_tokenizer_file_not_its_path(tmp_path):
+    """A run resumes with its tokenizer.json copied elsewhere, and refuses one edited in place."""
+    first, copy = tmp_path / "a" / "tokenizer.json", tmp_path / "b" / "tokenizer.json"
+    for path in (first, copy):
+        path.parent.mkdir()
+        path.write_text('{"model": {"vocab": {"a": 0}}}')
+
+    def digest(path: Path) -> str:
+        return config_digest({"lr": 0.1, "data": {"tokenizer": str(path), "token_cache": True}})
+
+    assert digest(copy) == digest(first)
+    copy.write_text('{"model": {"vocab": {"b": 0}}}')
+    assert digest(copy) != digest(first)
+    assert config_digest({"data": {"tokenizer": "bytes"}}) != digest(first)
+
+
+def test_a_missing_tokenizer_file_is_one_message(tmp_path):
+    with pytest.raises(SeqError, match="cannot read tokenizer"):
+        config_digest({"data": {"tokenizer": str(tmp_path / "gone.json")}})
+
+
+def test_a_context_the_ir_refuses_is_one_message():
+    """The trained model is rebuilt through the IR's validation, not copied past it."""
+    config = load_config(None, ["preset=null"], spec=str(ROOT / "specs" / "transformer.seq"), seq_len=10**12)
+    with pytest.raises(SeqError, match="cannot be trained at context"):
+        resolve_model(config, vocab=256)
 
 
 def _refusal(*args, **flags) -> str:
@@ -164,3 +193,14 @@ def test_the_cli_prints_a_config_mistake_as_one_message(tmp_path, capsys):
                                        "   2 | warmpu = 10\n"
                                        "       ^^^^^^\n"
                                        "  hint: did you mean `warmup`?\n")
+
+
+def test_preset_is_one_typed_set_of_names():
+    """The run config, `seqdsl train --preset` and `seqdsl lower --preset` take the IR's presets."""
+    from typing import get_args
+
+    from seqdsl.ir import nodes
+    from seqdsl.run.config import RunConfig
+
+    assert get_args(RunConfig.model_fields["preset"].annotation) == (nodes.Preset, type(None))
+    assert "input should be 'tiny', '110m' or '1.3b'" in _refusal(None, ["preset=2b"])

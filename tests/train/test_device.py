@@ -1,5 +1,5 @@
 """Device and precision: the one choice `seqdsl train` and `seqdsl eval` share
-(seqdsl/train/device.py), and the MFU both report (seqdsl/train/throughput.py)."""
+(seqdsl/run/device.py), and the MFU both report (seqdsl/train/throughput.py)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import torch
 from seqdsl.cli.main import main
 from seqdsl.errors import SeqError
 from seqdsl.ir.flops import flops_per_token
-from seqdsl.train.config import load_config
-from seqdsl.train.device import autocast_dtype, device_kind, pick_device
+from seqdsl.run.config import load_config
+from seqdsl.run.device import autocast_dtype, device_kind, pick_device
 from seqdsl.train.setup import resolve_model
 from seqdsl.train.throughput import device_peak_flops, mfu_meter
 from tests.train.helpers import MICRO_SPEC, micro_run_args

@@ -23,7 +23,7 @@ from safetensors.torch import load_file
 from torch import nn
 
 from seqdsl.cli.main import main
-from seqdsl.train import checkpoint
+from seqdsl.run import checkpoint
 from tests.train.helpers import micro_run_args
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -17,7 +17,7 @@ import pytest
 
 import seqdsl.train.run
 from seqdsl.cli.main import main
-from seqdsl.train import checkpoint
+from seqdsl.run import checkpoint
 from seqdsl.train import step as step_module
 from tests.train.helpers import micro_run_args
 

@@ -16,7 +16,7 @@ import seqdsl
 from seqdsl.ir.presets import model_at
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.train import optim
-from seqdsl.train.config import RunConfig
+from seqdsl.run.config import RunConfig
 from seqdsl.train.step import CausalLoss, apply_update, training_step
 from tests.train.helpers import MICRO_SPEC
 

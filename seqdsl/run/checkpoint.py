@@ -14,7 +14,7 @@ damaged afterwards is never loaded. `load_latest` (what `--resume` reads) then f
 newest earlier checkpoint that is intact and says which one was passed over: resuming is exact, so
 the run only redoes the steps since that checkpoint (and rewrites the damaged one when it gets
 there). `seqdsl eval`, which scores what it is pointed at, refuses instead and names the intact
-one (seqdsl/eval/checkpoint_io.py).
+one (seqdsl/run/rundir.py).
 
 The files hold the *full* (unsharded) state, keyed by parameter names, whatever wrote them: one
 process, DDP, or FSDP2 shards (gathered with torch.distributed.checkpoint's state-dict helpers,
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import hashlib
 import json
 import os
 import random
@@ -39,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from seqdsl.errors import SeqError, SeqFileError
+from seqdsl.run.digest import file_sha256
 
 LATEST = "latest"
 TMP_PREFIX = ".tmp-"
@@ -54,14 +54,6 @@ class Loaded:
     state: dict  # state.json
     # why the newer checkpoint `latest` names was passed over for this one (it is damaged)
     passed_over: str | None = None
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _fsync_write(path: Path, data: bytes) -> None:
@@ -157,7 +149,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.O
     torch.save(optim, tmp / "optimizer.pt")
     _fsync(tmp / "optimizer.pt")
     _fsync_write(tmp / "spec.seq", spec_text.encode("utf-8"))
-    state = dict(state, step=step, files={name: _sha256(tmp / name) for name in ("model.safetensors", "optimizer.pt")})
+    state = dict(state, step=step, files={name: file_sha256(tmp / name) for name in ("model.safetensors", "optimizer.pt")})
     _fsync_write(tmp / "state.json", json.dumps(state).encode("utf-8"))
     if final.exists():  # a complete checkpoint of the same step from an earlier attempt
         shutil.rmtree(final)
@@ -235,7 +227,7 @@ def verify(path: Path) -> Loaded:
     for name, digest in files.items():
         if not (path / name).is_file():
             raise CheckpointError(f"checkpoint {path} is damaged: {name} is missing")
-        if _sha256(path / name) != digest:
+        if file_sha256(path / name) != digest:
             raise CheckpointError(f"checkpoint {path} is damaged: {name} does not match its hash")
     return Loaded(path, state)
 

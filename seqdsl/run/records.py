@@ -29,8 +29,8 @@ def evaluate_records(model, sets: Mapping, *, step: int, tokens: int, seq_len: i
                      progress=None) -> list[dict]:
     """The eval records of `model` on `sets` (domain -> EvalSet) after `step` optimizer steps and
     `tokens` training tokens, the batches split over processes as `split` = (rank, world) says,
-    `progress(done, total, domain)` told of every forward (seqdsl/eval/loss.py: `evaluate`)."""
-    from seqdsl.eval.loss import evaluate
+    `progress(done, total, domain)` told of every forward (seqdsl/run/loss.py: `evaluate`)."""
+    from seqdsl.run.loss import evaluate
 
     results = evaluate(model, sets, seq_len=seq_len, batch_size=batch_size, device=device,
                        autocast_dtype=autocast_dtype, split=split, progress=progress)

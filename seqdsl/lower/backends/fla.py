@@ -19,6 +19,8 @@ import warnings
 import torch
 from torch import Tensor
 
+from seqdsl.ir.key import KernelKey
+from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
@@ -45,8 +47,8 @@ def compute_dtype(m) -> torch.dtype:
     return m.v.dtype
 
 
-def run(op: str, m, S: Tensor | None) -> tuple[Tensor, Tensor]:
-    """Run fla op `op` on the reference-style inputs `m` (a seqdsl.lower.paths.RecurrentInputs), in the
+def run(op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """Run fla op `op` on the reference-style inputs `m`, in the
     dtype mix the self-check tested: `compute_dtype(m)` for all inputs, float32 log decays."""
     dtype = compute_dtype(m)
     cast = lambda t: t.to(dtype) if t is not None else None
@@ -105,8 +107,8 @@ _GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
 def known_refusal(op: str, decay: str) -> str:
     """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
     [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass unless its TileLang
-    backend is installed. Seen on an H100 with Triton 3.6.0 on 2026-11-21
-    (benchmarks/results/fla_selfcheck_h100_2026-11-21.json). "" when fla would not refuse."""
+    backend is installed (seen on an H100 with Triton 3.6: docs/lowering.md, the fla self-check).
+    "" when fla would not refuse."""
     if op not in _GATED_DQKWG or decay == "none":
         return ""
     try:
@@ -168,3 +170,24 @@ def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V
         lambda *args: _call(op, *args), lambda *args: _reference(op, *args),
         _inputs(op, K, V, dtype, device, decay), _ARG_NAMES, outputs=("output", "state"),
         tolerance=selfcheck.TF32_TOLERANCE.get(dtype, 5e-3), reference_dtype=torch.float32, device=device)
+
+
+class FlaBackend:
+    def what(self, op: str) -> str:
+        return "flash-linear-attention chunked kernel"
+
+    def facts(self, key: KernelKey) -> str:
+        """What an fla op's self-check depends on: the widths and the decay's shape."""
+        return f"K={key.feature_dim} V={key.value_cols} decay={key.decay_shape}"
+
+    def known_refusal(self, key: KernelKey, op: str) -> str:
+        if not importable():
+            return "flash-linear-attention is not importable here"
+        return known_refusal(op, key.decay_shape)
+
+    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        return self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
+
+    def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
+              step_checked: bool = False) -> tuple[Tensor, Tensor]:
+        return run(op, m, S)

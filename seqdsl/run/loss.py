@@ -37,7 +37,7 @@ from torch import Tensor
 from seqdsl.data.evalset import EvalSet
 from seqdsl.errors import SeqError
 from seqdsl.lower.lm import LanguageModel
-from seqdsl.train.device import autocast
+from seqdsl.run.device import autocast
 
 # Relations whose parameters exist for positions 0 .. context-1 only (seqdsl/lower/mixer.py).
 PER_POSITION_RELATIONS = ("random_keys", "positional")

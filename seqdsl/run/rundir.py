@@ -6,7 +6,7 @@ is the one `spec.seq` declares: training writes the resolved model there (resize
 with the tokenizer's vocabulary and the run's context), so it is built as it stands; the weights are then
 loaded strictly, so a checkpoint that does not fit its spec is refused. Its files are first
 checked against the SHA-256 digests in state.json by the same verifier `--resume` uses
-(seqdsl/train/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
+(seqdsl/run/checkpoint.py, which writes checkpoints). Every failure is one CheckpointError.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from seqdsl.errors import SeqError
-from seqdsl.train.checkpoint import LATEST, CheckpointError, intact_before, verify
+from seqdsl.run.checkpoint import LATEST, CheckpointError, intact_before, verify
 
 CHECKPOINTS = "checkpoints"
 WEIGHTS = "model.safetensors"
@@ -107,13 +107,13 @@ def build_model(ckpt: Checkpoint, device):
     from safetensors import SafetensorError
     from safetensors.torch import load_model
 
-    import seqdsl
     from seqdsl.ir.presets import model_at
     from seqdsl.lower.lm import LanguageModel
+    from seqdsl.passes.resolve import loads
 
     # spec.seq holds the model as trained (already resized to its preset, with the tokenizer's
     # vocabulary and the run's context): build it as it stands, never resize it again
-    program = seqdsl.loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
+    program = loads(ckpt.spec_text, str(ckpt.path / SPEC)).program
     model = model_at(program).model
     # built normally (not on the meta device) so that buffers the checkpoint does not store,
     # such as ALiBi slopes, are computed as in training

@@ -29,7 +29,7 @@ Two things the scan does not do are done here, in PyTorch, exactly:
 The scan runs in float32 (u, delta, B, C): the step sizes are small (1e-3 at initialisation) and
 delta multiplies every write. Its D skip and z gate are not used (the spec's gate runs outside).
 The path is self-checked against the reference (outputs, final state, every input gradient) once
-per machine and versions before it is used, like the SSD path (seqdsl/lower/mamba_paths.py).
+per machine and versions before it is used, like the SSD path (mamba_ssd.py).
 Decoding steps (one token, no gradient) run mamba-ssm's `selective_state_update` in its untied
 form, which is the selective step as it stands: per (sequence, head) program, with state
 (B, H, V, K), x = v (B, H, V), dt broadcast over V, A = rate broadcast over V (H, V, K), B and C
@@ -48,7 +48,9 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.lower.mamba_paths import groups
+from seqdsl.lower.inputs import RecurrentInputs
+from seqdsl.lower.backends import mamba_ssd
+from seqdsl.lower.backends.mamba_ssd import groups
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
@@ -81,8 +83,8 @@ def _cuda():
 
 # The scan and its backward are torch.library custom ops around the extension's fwd and bwd (as
 # mamba's SelectiveScanFn calls them, without D, z and delta_bias), so that `torch.compile` sees
-# one opaque call: dynamo cannot trace a C++ extension and would break the graph there (a compiled
-# 110m Mamba-1 with CUDA graphs ran at 5K tokens/s, against 48K eager; H100, 2026-11-23).
+# one opaque call: dynamo cannot trace a C++ extension and would break the graph there, at every
+# block (docs/mamba.md, Measured, has what that cost).
 SCAN_CHUNK = 2048  # the extension keeps one state per 2048 steps: x (B, D, ceil(T / 2048), 2K)
 
 
@@ -110,7 +112,7 @@ def _scan_bwd_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, x:
     dout = torch.zeros_like(delta) if dout is None else dout.contiguous()
     grads = list(_cuda().bwd(u, delta, A, Bm, Cm, None, None, None, dout, x, None, None, False, False)[:5])
     if dlast is not None:
-        _, vjp = torch.func.vjp(final_state, u, delta, A, Bm)
+        vjp = torch.func.vjp(final_state, u, delta, A, Bm)[1]
         for i, extra in enumerate(vjp(dlast.float())):
             grads[i] = grads[i] + extra
     return tuple(grads)
@@ -209,9 +211,8 @@ def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tens
     """The reference's (o (B, 1, H, V), new state (B, H, K, V) float32) for one decoding step of
     the selective step with G groups, through `selective_state_update` (`kernel` replaces it: a
     test's oracle with its in-place contract). Inference only: the kernel has no backward."""
-    from seqdsl.lower.mamba_paths import state_update_kernel
 
-    kernel = kernel or state_update_kernel()
+    kernel = kernel or mamba_ssd.state_update_kernel()
     state, args = step_arguments(m, S, G)
     out = kernel(state, args.pop("x"), args.pop("dt"), args.pop("A"), args.pop("B"), args.pop("C"), **args)
     return out[:, None], state.transpose(-1, -2)
@@ -238,8 +239,6 @@ def _inputs(K: int, V: int, G: int, H: int, dtype: torch.dtype, device: torch.de
 
 
 def _as_inputs(q, k, v, dt, rate):
-    from seqdsl.lower.paths import RecurrentInputs
-
     heads = lambda t: t.repeat_interleave(v.shape[2] // t.shape[2], dim=2)
     return RecurrentInputs(q=heads(q), k=heads(k), v=v, dt=dt, rate=rate)
 

@@ -30,7 +30,7 @@ that are not projections (random or constant keys) are distinct per head: then G
 
 The kernels are mamba-ssm 2.3's private functions (`mamba_ssm.ops.triton.ssd_combined`), so the
 path is self-checked against the reference (outputs, final state, every input gradient) once per
-machine and versions before it is used, like fla's (seqdsl/lower/fla_paths.py).
+machine and versions before it is used, like fla's (fla.py).
 """
 
 from __future__ import annotations
@@ -38,12 +38,14 @@ from __future__ import annotations
 import functools
 import math
 import warnings
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
@@ -101,14 +103,20 @@ def unchunk(ddA: Tensor, T: int) -> Tensor:
     return ddA.permute(0, 2, 3, 1).reshape(B, c * l, H)[:, :T]
 
 
-def arguments(key: KernelKey, m, S: Tensor | None) -> tuple[Tensor, ...]:
-    """mamba's (x, log decay, B, C, initial state) for the reference-style inputs `m` (a
-    seqdsl.lower.paths.RecurrentInputs): x = v, B = k and C = q from one head per group, the state
+# one decoding step of G-grouped inputs on a state: (o, new state)
+StepFn = Callable[[RecurrentInputs, "Tensor | None", int], "tuple[Tensor, Tensor]"]
+
+# mamba's (x, log decay, B, C, initial state)
+SsdArguments = tuple[Tensor, "Tensor | None", Tensor, Tensor, "Tensor | None"]
+
+
+def arguments(key: KernelKey, m: RecurrentInputs, S: Tensor | None) -> SsdArguments:
+    """mamba's (x, log decay, B, C, initial state) for the reference-style inputs `m`: x = v, B = k and C = q from one head per group, the state
     transposed to (B, H, V, K). One dtype for x, B and C (the values'), the decay and state float32."""
     return _arguments(m, S, groups(key))
 
 
-def _arguments(m, S: Tensor | None, G: int) -> tuple[Tensor, ...]:
+def _arguments(m: RecurrentInputs, S: Tensor | None, G: int) -> SsdArguments:
     dtype = m.v.dtype
     step = m.v.shape[2] // G
     pick = lambda t: t[:, :, ::step].to(dtype).contiguous()
@@ -175,7 +183,8 @@ def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init:
         d_log_decay = unchunk(ddA, T).contiguous()  # per-step gradient of dA = of the log decay
     # mamba gives the initial state's gradient in x's dtype; the op's is the state's (float32)
     dinit = x.new_empty(0, dtype=torch.float32) if init is None else dinit.unflatten(-1, (V, K)).to(init.dtype)
-    return tuple(t.contiguous() for t in (dx, d_log_decay, dB_all, dC_all, dinit))  # as the fakes say
+    return (dx.contiguous(), d_log_decay.contiguous(), dB_all.contiguous(), dC_all.contiguous(),
+            dinit.contiguous())  # as the fakes say
 
 
 @torch.library.custom_op("seqdsl::mamba_ssd", mutates_args=())
@@ -339,7 +348,6 @@ def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype,
     """Reference-style inputs for `steps` decoding steps of a batch of 2 (the SSD step flattens
     sequences and heads together), q and k shared within each of G groups, and a state. `decay`
     is the key's decay_shape: "none", "scalar" (a log decay) or "selective" (step sizes, rates)."""
-    from seqdsl.lower.paths import RecurrentInputs
 
     g = torch.Generator(device="cpu").manual_seed(0)
     rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dtype)
@@ -356,50 +364,48 @@ def _step_inputs(K: int, V: int, G: int, H: int, decay: str, dtype: torch.dtype,
 
 @functools.lru_cache(maxsize=None)
 def step_self_check(dtype: torch.dtype, device: torch.device, K: int, V: int, G: int, H: int,
-                    decay: str) -> tuple[bool, str]:
+                    decay: str, take_step: StepFn | None = None) -> tuple[bool, str]:
     """(True, "") when three chained decoding steps through `selective_state_update` match the
     reference recurrent step (each output and the new state) and leave the state they are given
-    unchanged, for steps of these widths, grouping and decay (the key's decay_shape: "none" and
-    "scalar" take the SSD path's step, "selective" the selective scan path's) on this machine;
-    else (False, why)."""
+    unchanged, for steps of these widths, grouping and decay (the key's decay_shape) on this
+    machine; else (False, why). `take_step` is the G-grouped step checked: this module's
+    `grouped_step` by default, mamba_scan's for the selective decay (MambaBackend passes it)."""
     H = min(H, 4 * G)
     m, S0 = _step_inputs(K, V, G, H, decay, dtype, device)
     # the reference in float64 and outside any autocast region: planning can run inside the
     # caller's bf16 autocast, and a float32 reference there (or under TF32) differs from the
     # exact float32 kernel by more than the tolerance (7e-3, H100, bf16 autocast)
     with torch.autocast(device.type, enabled=False):
-        return _step_check(m, S0, G, decay, selfcheck.TF32_TOLERANCE.get(dtype, 5e-3))
+        return _step_check(m, S0, G, decay, selfcheck.TF32_TOLERANCE.get(dtype, 5e-3), take_step or grouped_step)
 
 
-def _step_check(m, S0: Tensor, G: int, decay: str, tol: float) -> tuple[bool, str]:
-    from seqdsl.lower import selective_scan_paths
-    from seqdsl.lower.paths import RecurrentInputs
-
+def _step_check(m: RecurrentInputs, S0: Tensor, G: int, decay: str, tol: float,
+                take_step: StepFn) -> tuple[bool, str]:
     up = lambda t: None if t is None else t.double()
-    log_decay, v = up(m.log_decay), up(m.v)
+    log_decay, v = up(m.log_decay), m.v.double()
     if decay == "selective":
+        assert m.dt is not None and m.rate is not None, "the selective decay comes as a step and a rate"
         log_decay, v = rec_ref.selective_to_additive(m.dt.double(), m.rate.double(), v)
-        take_step = selective_scan_paths.grouped_step
-    else:
-        take_step = grouped_step
-    want_o, want_S = rec_ref.recurrent_ref(up(m.q), up(m.k), v, log_decay=log_decay, initial_state=up(S0))
+    want_o, want_S = rec_ref.recurrent_ref(m.q.double(), m.k.double(), v, log_decay=log_decay,
+                                           initial_state=S0.double())
     rel = lambda x, y: ((x.double() - y).norm() / (y.norm() + 1e-12)).item()
     at = lambda x, t: None if x is None else x[:, t:t + 1]
     S, before = S0, S0.clone()
     try:
         with torch.no_grad():
             for t in range(m.v.shape[1]):
-                one = RecurrentInputs(q=at(m.q, t), k=at(m.k, t), v=at(m.v, t), log_decay=at(m.log_decay, t),
+                one = RecurrentInputs(q=m.q[:, t:t + 1], k=m.k[:, t:t + 1], v=m.v[:, t:t + 1],
+                                      log_decay=at(m.log_decay, t),
                                       dt=at(m.dt, t), rate=m.rate)
                 o, S = take_step(one, S, G)
-                err = rel(o[:, 0], want_o[:, t])
-                if not err <= tol:
-                    return False, f"step {t}'s output differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+                error = rel(o[:, 0], want_o[:, t])
+                if not error <= tol:
+                    return False, f"step {t}'s output differs from the reference by {error:.2e} (relative, tol {tol:.0e})"
     except Exception as err:  # the kernel refused to run here: that is the finding
         return False, f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
     if not torch.equal(S0, before):
         return False, "the kernel changed the state it was given (it must update a copy)"
-    err = rel(S, want_S)
-    if not err <= tol:
-        return False, f"the state after the steps differs from the reference by {err:.2e} (relative, tol {tol:.0e})"
+    error = rel(S, want_S)
+    if not error <= tol:
+        return False, f"the state after the steps differs from the reference by {error:.2e} (relative, tol {tol:.0e})"
     return True, ""

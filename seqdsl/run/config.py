@@ -22,6 +22,7 @@ from typing import Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from seqdsl.errors import Note, SeqError, SeqFileError, Span
+from seqdsl.ir.nodes import Preset
 
 ALL = "*"  # data.train_domains = ["*"]: the mixed-domain setting (train on every domain)
 
@@ -53,7 +54,7 @@ class RunConfig(BaseModel):
 
     spec: str = ""  # the .seq file (set from the command line)
     model: str | None = None  # which model of the file (default: its last)
-    preset: str | None = "tiny"  # resize the model (tiny / 110m / 1.3b); None keeps the spec's sizes
+    preset: Preset | None = "tiny"  # resize the model; None keeps the spec's sizes
     # with a preset: keep windows and chunks in tokens instead of scaling them with the context
     # (docs/lowering.md, Presets); the resized model's verdict is printed either way
     keep_absolute: bool = False

@@ -1,0 +1,71 @@
+"""What every backend is asked, and the plan that names one.
+
+A `Plan` is the one decision of how a mixer's stage (3) runs on a device: its backend (an enum,
+which is what a call dispatches on) and its op, named as the support tables
+(seqdsl/ir/support.py) and `seqdsl lower` name it (`sdpa.causal`, `fla.chunk_gla`,
+`reference.chunked`).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+
+
+class BackendName(enum.Enum):
+    SDPA = "sdpa"
+    FLA = "fla"
+    MAMBA = "mamba"
+    TRITON = "triton"
+    REFERENCE = "reference"
+
+
+@dataclass(frozen=True)
+class Plan:
+    backend: BackendName
+    op: str  # what runs, as users see it: "sdpa.causal", "triton.top1_chunk", "reference"
+    reason: str  # why this and not another, in words (`seqdsl lower` prints it)
+
+
+class Backend(Protocol):
+    """What the planner asks a backend before trusting it on a machine."""
+
+    def what(self, op: str) -> str:
+        """`op` in words, for the plan's reason."""
+        ...
+
+    def facts(self, key: KernelKey) -> str:
+        """What the self-check of `key` depends on besides the op and dtype (its verdict is kept
+        on disk under these facts, seqdsl/lower/verdicts.py)."""
+        ...
+
+    def known_refusal(self, key: KernelKey, op: str) -> str:
+        """Why `op` cannot run here without trying it (a package that does not import); ""."""
+        ...
+
+    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        """(True, "") when `op` matches the reference on this machine, else (False, why)."""
+        ...
+
+
+class AttentionBackend(Backend, Protocol):
+    """Runs the softmax and select families. `dense`: the mixer's plain-attention fact at its
+    context; `kernels`: what planning bound for this key (the generated Top-1 kernels)."""
+
+    def attend(self, key: KernelKey, op: str, m: AttentionInputs, *, dense: Dense | None,
+               kernels: object) -> Tensor: ...
+
+
+class RecurrentBackend(Backend, Protocol):
+    """Runs the recurrent family: (output, new state). `step_checked`: a decoding step may take
+    the backend's own step kernel, which passed its self-check for this plan."""
+
+    def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
+              step_checked: bool = False) -> tuple[Tensor, Tensor]: ...

@@ -1,0 +1,58 @@
+"""The Triton backend: the Top-1 selection kernels generated from the key (seqdsl/kernels,
+docs/kernels.md), CUDA only, after a self-check against seqdsl/reference/top1.py.
+
+Whole sequences run the kernels planning bound (`bind`, outside any torch.compile region), one
+decoding step at the end of the cache the decode kernel; a chunk of several queries against a
+cache runs on the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.lower.backends import reference
+from seqdsl.lower.inputs import AttentionInputs
+from seqdsl.reference import attention as attn_ref
+
+
+class TritonBackend:
+    def what(self, op: str) -> str:
+        return "generated Triton kernel"
+
+    def facts(self, key: KernelKey) -> str:
+        return repr(key)  # generated from the whole key
+
+    def known_refusal(self, key: KernelKey, op: str) -> str:
+        try:
+            from seqdsl.kernels import top1  # noqa: F401
+        except ImportError as err:
+            return f"the generated kernels are not importable here ({err})"
+        return ""
+
+    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        from seqdsl.kernels import top1
+
+        return top1.self_check(key, dtype, device)
+
+    def bind(self, key: KernelKey):
+        """The compiled kernels of `key`, registered now: binding inside a torch.compile region
+        would be traced (a graph break)."""
+        from seqdsl.kernels import top1
+
+        return top1.bind(key)
+
+    def attend(self, key: KernelKey, op: str, m: AttentionInputs, *, dense: Dense | None = None,
+               kernels: object = None) -> Tensor:
+        from seqdsl.kernels import top1
+
+        T, L = m.q.shape[1], m.k.shape[1]
+        # the generated kernels take one key/value head per query head
+        k, v = attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads)
+        if m.pos == 0 and T == L:
+            assert callable(kernels), "a plan on the Triton backend binds its kernels (TritonBackend.bind)"
+            return kernels(m.q, k, v)
+        if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
+            return top1.decode(key, m.q, k, v)
+        return reference.attention_reference(key, m)
