@@ -25,7 +25,7 @@ def fake_run(root, name: str, losses: list[float], offset: dict[str, float], ste
     run = root / name
     run.mkdir(parents=True)
     rows, step = [], 0
-    for k, loss in enumerate(losses):
+    for loss in losses:
         for _ in range(steps_per_eval):
             step += 1
             rows.append({"kind": "train", "step": step, "tokens": step * 100, "loss": loss, "lr": 1e-3,
