@@ -83,7 +83,7 @@ class Gap:
 
     @property
     def ood_gap(self) -> float:
-        return statistics.fmean(v for d, v in self.gaps.items() if d != IN_DOMAIN)
+        return self.gaps["mean OOD"]
 
     @property
     def ood_spread(self) -> float:
@@ -117,7 +117,7 @@ def gap_to_baseline(rec: Record, seeds: list[Record]) -> Gap:
     base = [with_ood_mean(s.final_eval) for s in seeds]
     mine = with_ood_mean(rec.final_eval)
     first = min(ps[0].train_loss for s in seeds for ps in s.curve.domains.values())
-    final = rec.train and statistics.fmean(r["loss"] for r in rec.train[-10:])
+    final = statistics.fmean(r["loss"] for r in rec.train[-10:])
     return Gap(None, {d: mine[d] - statistics.fmean(b[d] for b in base) for d in mine},
                {d: max(b[d] for b in base) - min(b[d] for b in base) for d in mine},
                note=f"unmatched: its final training loss ({final:.2f}) stays above every {BASELINE} evaluation's "
