@@ -54,13 +54,14 @@ class MixerModule(nn.Module):
         self.plan = plan = _plan(mixer, d_model)
         self.key = plan.key  # what stage (3) is specialised on: paths plan from this
         lay = plan.layout
+        inputs, relation, mixing, output = plan.stages
         # the stages register their parameters here, in the order of the stages (checkpoints and
         # the seed-0 initialisation depend on it: tests/lower/test_lowering_unchanged.py)
-        self.inputs = InputStage(plan.inputs, lay, self)
-        self.relation = RelationStage(plan.relation, lay, self, context=context, layer=layer)
+        self.inputs = InputStage(inputs, lay, self)
+        self.relation = RelationStage(relation, lay, self, context=context, layer=layer)
         family = AttentionMixing if plan.key.family in ("softmax", "select") else RecurrentMixing
-        self.mixing = family(plan.mixing, lay, self)
-        self.output = OutputStage(plan.output, lay, self)
+        self.mixing = family(mixing, lay, self)
+        self.output = OutputStage(output, lay, self)
         self.paths = PathChooser(self.key, mixer.name, dense=dense_at(self.key, context))
         self.reset_mixing_parameters()
 
