@@ -93,6 +93,34 @@ def heldout_text(source, domains: list[str], *, fraction: float, max_bytes: int)
     for doc in source.documents(domains):
         for unit in split_heldout(doc.text, fraction)[1]:
             out += unit.encode("utf-8") + b"\n"
-            if len(out) >= max_bytes:
-                return torch.frombuffer(bytes(out[:max_bytes]), dtype=torch.uint8).long()
-    return torch.frombuffer(bytes(out), dtype=torch.uint8).long() if out else torch.zeros(0, dtype=torch.long)
+        if len(out) >= max_bytes:
+            break
+    del out[max_bytes:]
+    # a bytearray is writable, so torch can share it without a copy or a warning
+    return torch.frombuffer(out, dtype=torch.uint8).long() if out else torch.zeros(0, dtype=torch.long)
+
+def load_text(where: str, *, max_bytes: int = 1 << 20) -> Tensor:
+    """The needle's filler text named on the command line: `builtin` (the builtin corpus's Python
+    manual, prose), `builtin:DOMAIN`, or data files / folders as `seqdsl train` reads them (every
+    domain); its held-out units only (the default held-out fraction of a run config)."""
+    from seqdsl.errors import did_you_mean
+    from seqdsl.train.config import DataConfig
+
+    if where == "builtin" or where.startswith("builtin:"):
+        from seqdsl.data.builtin import BuiltinSource
+
+        source = BuiltinSource()
+        domain = where.partition(":")[2] or "manual"
+        if domain not in source.domains():
+            raise ProbeError(f"unknown builtin domain `{domain}`",
+                             hint=did_you_mean(domain, source.domains()) or f"domains: {', '.join(source.domains())}")
+        domains = [domain]
+    else:
+        from seqdsl.data.shards import ShardSource
+
+        source = ShardSource([where])
+        domains = source.domains()
+    text = heldout_text(source, domains, fraction=DataConfig().heldout, max_bytes=max_bytes)
+    if text.numel() == 0:
+        raise ProbeError(f"no held-out text in {where}")
+    return text

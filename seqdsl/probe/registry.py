@@ -39,5 +39,8 @@ def task_names(text: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def make_task(name: str) -> Task:
+def make_task(name: str, *, text=None, text_name: str | None = None) -> Task:
+    """The task `name`; the needle's filler is `text` (byte ids, see needle.py) when given."""
+    if name == "needle" and text is not None:
+        return Needle(text=text, text_name=text_name)
     return TASKS[name][0]()
