@@ -67,3 +67,30 @@ def recall_split(logits: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()
     mask = recall_mask(inputs, targets).flatten()
     return RecallSplit(float(nll[mask].sum()), int(mask.sum()), float(nll[~mask].sum()), int((~mask).sum()))
+
+
+def evaluate_recall(model, sets, *, seq_len: int, batch_size: int, device, autocast_dtype=None) -> dict:
+    """The recall split of `model` on each set (domain -> EvalSet), over exactly the windows the
+    ordinary evaluation scores (seqdsl/eval/loss.py), so the two losses weighted by their token
+    counts add up to its loss. One process; the model's training mode is restored afterwards."""
+    from seqdsl.eval.loss import _batches, check_seq_len
+    from seqdsl.train.device import autocast
+
+    check_seq_len(model, seq_len)
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = {}
+            for name, s in sets.items():
+                total = RecallSplit(0.0, 0, 0.0, 0)
+                for x, y in _batches(s.tokens.to(torch.long), seq_len, batch_size):
+                    x, y = x.to(device), y.to(device)
+                    with autocast(device, autocast_dtype):
+                        logits, _ = model(x)
+                    total = total + recall_split(logits, x, y)
+                out[name] = total
+            return out
+    finally:
+        model.train(was_training)

@@ -43,3 +43,24 @@ def test_rows_do_not_share_bigrams_and_splits_add():
     both = RecallSplit(1.0, 1, 2.0, 2) + RecallSplit(3.0, 1, 4.0, 2)
     assert both == RecallSplit(4.0, 2, 6.0, 4) and both.recall_loss == 2.0
     assert RecallSplit(0.0, 0, 1.0, 1).recall_loss is None
+
+
+def test_eval_recall_splits_the_loss_of_the_same_windows(tmp_path, monkeypatch, capsys):
+    """`seqdsl eval --recall`: the recall and other tokens are the evaluation's scored tokens, and
+    their losses weighted by their counts give back the ordinary loss, computed separately."""
+    import json
+
+    import seqdsl.eval.sets
+    from seqdsl.cli.main import main
+    from tests.eval.test_eval_cli import small_sets, write_run
+
+    run, _ = write_run(tmp_path)
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    out = tmp_path / "eval.json"
+    assert main(["eval", str(run), "--recall", "--out", str(out)]) == 0
+    assert "recall loss" in capsys.readouterr().out
+    for r in json.loads(out.read_text())["records"]:
+        other_tokens = r["eval_tokens"] - r["recall_tokens"]
+        assert r["recall_tokens"] > 0 and other_tokens > 0  # the sets repeat a sentence
+        whole = (r["recall_loss"] * r["recall_tokens"] + r["other_loss"] * other_tokens) / r["eval_tokens"]
+        assert math.isclose(whole, r["loss"], rel_tol=1e-5)
