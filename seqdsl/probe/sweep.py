@@ -103,14 +103,13 @@ class Progress:
 
 
 def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, keep_absolute: bool,
-              device: torch.device, resume: bool, text: str | None = None, show_progress: bool = True,
-              append: Callable[[Path, list[dict]], None] | None = None) -> list[dict]:
+              device: torch.device, resume: bool, text: str | None = None,
+              show_progress: bool = True) -> list[dict]:
     """Run `jobs`, appending each result to out/probe.jsonl; every record of the sweep (stored
     ones included when resuming), in job order."""
     from seqdsl.eval.loss import context_limit
     from seqdsl.eval.records import append_records
 
-    append = append or append_records
     path = out / RECORDS
     stored = read_records(path)
     if stored and not resume:
@@ -140,7 +139,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
                        progress=progress.start(title, settings.steps))
         progress.end()
         seconds = time.perf_counter() - started
-        tail = losses[-max(1, len(losses) // 10):]
+        tail = losses[-max(1, len(losses) // 10):]  # the last tenth of the steps, every training level
         limit = context_limit(lm)
         for blank, level in zip(blanks, job.plan.evaluate):
             record = {**blank, "final_loss": sum(tail) / len(tail), "train_seconds": round(seconds, 2),
@@ -151,7 +150,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
             else:
                 s = score(lm, job.task, level, settings, device=device)
                 record.update(accuracy=s.accuracy, exact=s.exact, answers=s.answers, examples=s.examples)
-            append(path, [record])
+            append_records(path, [record])
             results.append(record)
             acc = "n/a" if record["accuracy"] is None else f"{100 * record['accuracy']:.1f}%"
             progress.say(f"  {level.label()}: accuracy {acc} (chance {100 * record['chance']:.1f}%)")
