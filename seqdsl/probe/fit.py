@@ -27,8 +27,9 @@ from seqdsl.train.optim import adamw, lr_at, set_lr
 class Settings:
     """How a probe trains and evaluates (recorded with every result; resuming needs them equal)."""
 
-    # measured on a CPU (docs/probes.md): a tiny Transformer++ leaves MQAR's 1/pairs plateau
-    # within ~300 steps of 128 rows at 1e-3, and stayed on it for 1000 steps of 32 rows or at 3e-3
+    # measured on a CPU (docs/probes.md): a tiny Transformer++ left MQAR's 1/pairs plateau (2 pairs
+    # in 16 tokens) within ~300 steps of 128 rows at lr 1e-3, while 1000 steps of 32 rows at lr 3e-3
+    # or 1e-2 (32 tokens) left it on the plateau
     steps: int = 1000
     batch: int = 128
     lr: float = 1e-3
