@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("seqdsl",),  # the package's own namespace: the public API (`seqdsl.loads`, `generate_text`)
+    ("probe",),  # `seqdsl probe`: trains small models on synthetic tasks with train's optimiser
     ("train", "eval", "text"),  # `seqdsl train`, `seqdsl eval`; text: generate_text
     ("run",),  # what a run is: config, data resolution, digest, checkpoints, held-out loss
     ("check", "fmt"),

@@ -36,6 +36,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the records as JSON here instead of appending them to "
                                       "the run's metrics.jsonl")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
+    parser.add_argument("--recall", action="store_true",
+                        help="also split the loss into recall tokens (completing a bigram seen earlier in the "
+                             "window, Zoology's split) and the others; one more forward per batch")
 
 
 class ProgressLines:
@@ -89,6 +92,14 @@ def run(args: argparse.Namespace) -> int:
     records = evaluate_records(lm, sets, step=ckpt.step, tokens=ckpt.tokens, seq_len=seq_len, batch_size=batch,
                                device=device, autocast_dtype=autocast_dtype(args.dtype, device),
                                progress=None if args.quiet else ProgressLines())
+    if args.recall:
+        from seqdsl.eval.recall import evaluate_recall
+
+        splits = evaluate_recall(lm, sets, seq_len=seq_len, batch_size=batch, device=device,
+                                 autocast_dtype=autocast_dtype(args.dtype, device))
+        for r in records:
+            split = splits[r["domain"]]
+            r.update(recall_loss=split.recall_loss, recall_tokens=split.recall_tokens, other_loss=split.other_loss)
     print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
           f"seq_len {seq_len}, device {device}")
     print(table(records))
@@ -108,8 +119,15 @@ def run(args: argparse.Namespace) -> int:
 
 
 def table(records: list[dict]) -> str:
-    rows = [("domain", "in-domain", "tokens", "loss (nats/token)", "bits/byte")]
+    recall = any("recall_loss" in r for r in records)
+    rows = [("domain", "in-domain", "tokens", "loss (nats/token)", "bits/byte")
+            + (("recall tokens", "recall loss", "other loss") if recall else ())]
     rows += [(r["domain"], "yes" if r["in_domain"] else "no", f"{r['eval_tokens']:,}", f"{r['loss']:.4f}",
-              f"{r['bpb']:.4f}") for r in records]
+              f"{r['bpb']:.4f}") + ((f"{r['recall_tokens']:,}", _nats(r["recall_loss"]), _nats(r["other_loss"]))
+                                    if recall else ()) for r in records]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in rows)
+
+
+def _nats(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.4f}"

@@ -28,6 +28,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("seqdsl.cli.train", "train a spec on a limited domain, evaluate it out of domain"),
     "eval": ("seqdsl.cli.eval", "evaluate a checkpoint: loss per domain at any context length"),
     "compare": ("seqdsl.cli.compare", "compare runs: OOD loss at matched training loss, table and plot"),
+    "probe": ("seqdsl.cli.probe", "train small models of specs on synthetic tasks (recall, copying, needle...), "
+                                  "accuracy per difficulty"),
 }
 
 

@@ -1,0 +1,96 @@
+"""Recall-token loss: the loss on tokens that complete a bigram seen earlier in the same context.
+
+Zoology (Arora et al. 2023, §3) splits the next-token loss of real text in two: *recall* tokens
+(Zoology's "AR hits"), where the pair (previous token, this token) already occurred earlier in
+the window, so the token can be copied from context by associative recall; and the *other*
+tokens. Gated convolutions and recurrent models close most of their gap to attention on the
+other tokens and keep it on the recall tokens, which is why the split says more about what a
+mixer can select than the mean loss does.
+
+Definition here, per window (what the model sees; nothing carries across windows): inputs x and
+targets y, (B, S); target t is a recall token when (x[t], y[t]) = (x[j], y[j]) for some j < t.
+(Zoology further separates bigrams frequent in the training data; that needs training counts
+and is not done here.)
+
+Shape legend: B windows, S positions, V vocab.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def recall_mask(inputs: Tensor, targets: Tensor) -> Tensor:
+    """(B, S) bool: whether each target completes a bigram that occurred earlier in its row."""
+    vocab = int(torch.maximum(inputs.max(), targets.max())) + 1 if inputs.numel() else 1
+    bigram = inputs.long() * vocab + targets.long()  # (B, S), one id per (input, target) pair
+    # a stable sort puts the occurrences of one bigram together in position order: every one
+    # but the first of its run is a repeat
+    ids, order = bigram.sort(dim=1, stable=True)
+    repeat = torch.zeros_like(ids, dtype=torch.bool)
+    repeat[:, 1:] = ids[:, 1:] == ids[:, :-1]
+    mask = torch.zeros_like(repeat)
+    mask.scatter_(1, order, repeat)
+    return mask
+
+
+@dataclass(frozen=True)
+class RecallSplit:
+    """Summed NLL (nats) and token counts of the recall tokens and of the others."""
+
+    recall_nll: float
+    recall_tokens: int
+    other_nll: float
+    other_tokens: int
+
+    def __add__(self, other: "RecallSplit") -> "RecallSplit":
+        return RecallSplit(self.recall_nll + other.recall_nll, self.recall_tokens + other.recall_tokens,
+                           self.other_nll + other.other_nll, self.other_tokens + other.other_tokens)
+
+    @property
+    def recall_loss(self) -> float | None:
+        """Mean NLL of the recall tokens (nats/token); None when there were none."""
+        return self.recall_nll / self.recall_tokens if self.recall_tokens else None
+
+    @property
+    def other_loss(self) -> float | None:
+        return self.other_nll / self.other_tokens if self.other_tokens else None
+
+
+def recall_split(logits: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit:
+    """The loss of (B, S, V) `logits` against `targets`, split into recall and other tokens."""
+    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
+    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()
+    mask = recall_mask(inputs, targets).flatten()
+    return RecallSplit(float(nll[mask].sum()), int(mask.sum()), float(nll[~mask].sum()), int((~mask).sum()))
+
+
+def evaluate_recall(model, sets, *, seq_len: int, batch_size: int, device, autocast_dtype=None) -> dict:
+    """The recall split of `model` on each set (domain -> EvalSet), over exactly the windows the
+    ordinary evaluation scores (seqdsl/eval/loss.py), so the two losses weighted by their token
+    counts add up to its loss. One process; the model's training mode is restored afterwards."""
+    from seqdsl.run.loss import _batches, check_seq_len
+    from seqdsl.run.device import autocast
+
+    check_seq_len(model, seq_len)
+    device = torch.device(device)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            out = {}
+            for name, s in sets.items():
+                total = RecallSplit(0.0, 0, 0.0, 0)
+                for x, y in _batches(s.tokens.to(torch.long), seq_len, batch_size):
+                    x, y = x.to(device), y.to(device)
+                    with autocast(device, autocast_dtype):
+                        logits, _ = model(x)
+                    total = total + recall_split(logits, x, y)
+                out[name] = total
+            return out
+    finally:
+        model.train(was_training)
