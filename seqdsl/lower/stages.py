@@ -39,7 +39,8 @@ from seqdsl.ir import nodes
 from seqdsl.ir import plan as ir
 from seqdsl.ir.layout import HeadLayout
 from seqdsl.lower import init
-from seqdsl.lower.paths import AttentionInputs, PathChooser, RecurrentInputs
+from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+from seqdsl.lower.paths import PathChooser
 from seqdsl.reference.attention import alibi_slopes, bias_dtype, repeat_heads, rope
 from seqdsl.reference.features import feature_map
 
