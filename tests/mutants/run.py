@@ -267,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         if not ok:
             print(f"the unmutated copy fails ({first}): fix the suite first")
             return 1
-        print(f"unmutated copy: {' '.join(every)} -m {args.marker!r} passes ({seconds:.0f} s)\n")
+        print(f"unmutated copy: {' '.join(every)} -m {args.marker!r} passes ({seconds:.0f} s)\n", flush=True)
         for mutant in chosen:
             root = Path(tmp) / mutant.name
             copy_repo(root)
@@ -275,6 +275,8 @@ def main(argv: list[str] | None = None) -> int:
             passed, first, seconds = run_tests(root, args.tests or list(mutant.tests), args.marker)
             survivors += passed
             rows.append((mutant.name, "NOT CAUGHT" if passed else "caught", first, f"{seconds:.0f}"))
+            # as it goes: a run cut short (a time limit) still says what it found
+            print(f"{len(rows)}/{len(chosen)} {mutant.name}: {rows[-1][1]} ({seconds:.0f} s)", flush=True)
             shutil.rmtree(root)
     widths = [max(len(r[i]) for r in rows + [("mutant", "result", "first failing test", "s")]) for i in range(4)]
     line = lambda r: "| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |"
