@@ -13,7 +13,9 @@ the run's training loss then; a spec and every Transformer++ seed are interpolat
 training-loss level, the lowest of `compare`'s default levels that all of them cover from their
 second evaluation on (the most trained point they share). The gap is the spec's held-out loss
 minus the mean of the Transformer++ seeds' there; the seed spread is the seeds' range at that
-level. A gap is called real only when it is larger than the spread. A spec whose training loss
+level. A spec trained with several seeds (Mamba-2) is compared by its seeds' mean, at a level all
+of them share, and its spread is the larger of the two seed ranges. A gap is called real only
+when it is larger than the spread. A spec whose training loss
 never enters the Transformer++ seeds' range has no matched level: its row says so and shows the
 gap at equal steps instead, marked unmatched.
 """
@@ -21,6 +23,7 @@ gap at equal steps instead, marked unmatched.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import re
 import statistics
@@ -104,22 +107,28 @@ def with_ood_mean(values: dict[str, float]) -> dict[str, float]:
     return {**values, "mean OOD": statistics.fmean(ood)} if ood else values
 
 
-def gap_to_baseline(rec: Record, seeds: list[Record]) -> Gap:
-    levels, _ = default_levels([rec.curve, *(s.curve for s in seeds)])
+def seed_range(values: list[dict[str, float]], domain: str) -> float:
+    return max(v[domain] for v in values) - min(v[domain] for v in values)
+
+
+def gap_to_baseline(runs: Record | list[Record], seeds: list[Record]) -> Gap:
+    """The gap of a spec (one run, or the runs of its seeds) to the Transformer++ seeds."""
+    runs = runs if isinstance(runs, list) else [runs]
+    levels, _ = default_levels([*(r.curve for r in runs), *(s.curve for s in seeds)])
     if levels:
         level = min(levels)
         base = [with_ood_mean(values_at(s, level)) for s in seeds]
-        mine = with_ood_mean(values_at(rec, level))
-        shared = [d for d in mine if all(d in b for b in base)]
-        return Gap(level, {d: mine[d] - statistics.fmean(b[d] for b in base) for d in shared},
-                   {d: max(b[d] for b in base) - min(b[d] for b in base) for d in shared})
+        mine = [with_ood_mean(values_at(r, level)) for r in runs]
+        shared = [d for d in mine[0] if all(d in v for v in [*base, *mine])]
+        return Gap(level, {d: statistics.fmean(v[d] for v in mine) - statistics.fmean(b[d] for b in base) for d in shared},
+                   {d: max(seed_range(base, d), seed_range(mine, d)) for d in shared})
     # no shared training-loss range: compare the last evaluations (equal steps), and say so
     base = [with_ood_mean(s.final_eval) for s in seeds]
-    mine = with_ood_mean(rec.final_eval)
+    mine = [with_ood_mean(r.final_eval) for r in runs]
     first = min(ps[0].train_loss for s in seeds for ps in s.curve.domains.values())
-    final = statistics.fmean(r["loss"] for r in rec.train[-10:])
-    return Gap(None, {d: mine[d] - statistics.fmean(b[d] for b in base) for d in mine},
-               {d: max(b[d] for b in base) - min(b[d] for b in base) for d in mine},
+    final = statistics.fmean(statistics.fmean(x["loss"] for x in r.train[-10:]) for r in runs)
+    return Gap(None, {d: statistics.fmean(v[d] for v in mine) - statistics.fmean(b[d] for b in base) for d in mine[0]},
+               {d: max(seed_range(base, d), seed_range(mine, d)) for d in mine[0]},
                note=f"unmatched: its final training loss ({final:.2f}) stays above every {BASELINE} evaluation's "
                     f"(the first at {first:.2f}); gaps at equal steps")
 
@@ -153,29 +162,37 @@ def fmt_gap(value: float, spread: float) -> str:
     return f"{value:+.3f}" + ("" if abs(value) > spread else "~")
 
 
+def by_spec(records: list[Record]) -> dict[str, list[Record]]:
+    out: dict[str, list[Record]] = {}
+    for rec in sorted(records, key=lambda r: (r.spec != BASELINE, r.spec, r.seed)):
+        out.setdefault(rec.spec, []).append(rec)
+    return out
+
+
 def verdict_table(limited: list[Record], seeds: list[Record]) -> tuple[list[str], list[tuple]]:
     domains = sorted({d for s in seeds for d in s.curve.domains})
     head = ["spec", "`seqdsl check`", "failed pillars (rules)", "matched train loss", "mean OOD gap",
             "seed spread", *domains, "in-domain gap", "measured", "verdict agrees"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     facts = []
-    for rec in limited:
-        if rec.spec == BASELINE:
+    for spec, runs in by_spec(limited).items():
+        if spec == BASELINE:
             continue
-        verdict, pillars = verdict_of(rec)
-        gap = gap_to_baseline(rec, seeds)
+        verdict, pillars = verdict_of(runs[0])
+        gap = gap_to_baseline(runs, seeds)
         outcome = measured(gap)
         level = f"{gap.level:.3f}" if gap.level is not None else gap.note
         cells = [fmt_gap(gap.gaps[d], gap.spreads[d]) if d in gap.gaps else "n/a" for d in domains]
         ind = gap.gaps.get(IN_DOMAIN)
-        lines.append(f"| {rec.spec} | {verdict} | {pillars} | {level} | **{gap.ood_gap:+.3f}** | "
+        name = spec if len(runs) == 1 else f"{spec} ({len(runs)} seeds)"
+        lines.append(f"| {name} | {verdict} | {pillars} | {level} | **{gap.ood_gap:+.3f}** | "
                      f"{gap.ood_spread:.3f} | {' | '.join(cells)} | {'n/a' if ind is None else f'{ind:+.3f}'} | "
                      f"{outcome} | {agrees(verdict, outcome)} |")
-        facts.append((rec.spec, verdict, outcome, agrees(verdict, outcome), gap))
+        facts.append((spec, verdict, outcome, agrees(verdict, outcome), gap))
     return lines, facts
 
 
-def baseline_table(seeds: list[Record]) -> list[str]:
+def seeds_table(seeds: list[Record]) -> list[str]:
     domains = sorted({d for s in seeds for d in s.curve.domains})
     lines = ["| run | final train loss | " + " | ".join([IN_DOMAIN + " (held out)", *domains]) + " |",
              "|" + "---|" * (len(domains) + 3)]
@@ -184,6 +201,30 @@ def baseline_table(seeds: list[Record]) -> list[str]:
         train = statistics.fmean(r["loss"] for r in s.train[-10:])
         lines.append(f"| {s.name} | {train:.3f} | " + " | ".join(f"{final[d]:.3f}" for d in [IN_DOMAIN, *domains]) + " |")
     return lines
+
+
+def seeds_sections(limited: list[Record]) -> list[str]:
+    """A table of final evaluations for every spec trained with several seeds."""
+    out = []
+    for spec, runs in by_spec(limited).items():
+        if len(runs) > 1:
+            out += [f"### The {len(runs)} seeds of {spec} (final evaluation, nats/token)", "", *seeds_table(runs), ""]
+    return out
+
+
+def concurrent(rec: Record, records: list[Record]) -> int:
+    """How many trainings ran on the host at the busiest moment of this one's (itself included),
+    from the runs' start and wall times: the runs share the host's CPUs, which slows compilation
+    and so the time to first step."""
+    def span(r: Record) -> tuple[float, float]:
+        a = r.study["attempts"][-1]
+        start = datetime.datetime.fromisoformat(a["started"].replace("Z", "+00:00")).timestamp()
+        return start, start + a["wall_s"]
+
+    begin, end = span(rec)
+    spans = [span(r) for r in records]
+    moments = [max(begin, b) for b, _ in spans if b < end]  # where the count can rise
+    return max(sum(1 for b, e in spans if b <= t < e) for t in moments)
 
 
 def length_table(records: list[Record]) -> list[str]:
@@ -240,8 +281,8 @@ def ran_path(rec: Record) -> str:
 
 
 def run_table(records: list[Record]) -> list[str]:
-    lines = ["| run | GPU | wall (train) | tokens | tokens/s | MFU | data wait | time to first step | path (every layer) |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| run | GPU | trainings at once | wall (train) | tokens | tokens/s | MFU | data wait | time to first step "
+             "| path (every layer) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for rec in records:
         attempt = rec.study["attempts"][-1]
         late = rec.train[len(rec.train) // 4:]
@@ -250,7 +291,7 @@ def run_table(records: list[Record]) -> list[str]:
         step_s = rec.config["batch"] * rec.config["seq_len"] / tps
         wait = statistics.median(r["data_wait_s"] for r in late) / step_s
         path = ran_path(rec)
-        lines.append(f"| {rec.name} | {attempt['gpu']} | {attempt['wall_s']:.0f} s | {rec.train[-1]['tokens']:,} | "
+        lines.append(f"| {rec.name} | {attempt['gpu']} | {concurrent(rec, records)} | {attempt['wall_s']:.0f} s | {rec.train[-1]['tokens']:,} | "
                      f"{tps:,.0f} | {100 * mfu:.1f}% | {100 * wait:.2f}% | "
                      f"{rec.events['first_step']['seconds']:.0f} s | {path} |")
     return lines
@@ -268,7 +309,7 @@ def plot(records: list[Record], path: Path) -> None:
     domains = [IN_DOMAIN, *sorted({d for r in records for d in r.curve.domains})]
     fig, axes = plt.subplots(2, (len(domains) + 1) // 2, figsize=(5 * ((len(domains) + 1) // 2), 9))
     specs = sorted({r.spec for r in records}, key=lambda s: (s != BASELINE, s))
-    colors = {s: plt.get_cmap("tab10")(i % 10) for i, s in enumerate(specs)}
+    colors = {s: plt.get_cmap("tab20")(i % 20) for i, s in enumerate(specs)}
     for ax, domain in zip(axes.flat, domains):
         for rec in records:
             points = rec.curve.in_domain.get(domain) or rec.curve.domains.get(domain, ())
@@ -321,7 +362,8 @@ def summary_lines(records: list[Record]) -> list[str]:
         f"and out of domain on {ood}; held-out units: {100 * first['data']['heldout']:g}% of every domain's "
         f"8K-character units by hash, at most {first['data']['eval_tokens']:,} tokens per domain, "
         f"every {first['eval_every']} steps.",
-        f"- **Device**: {', '.join(gpus)}, two trainings at once (one per GPU of one host, sharing its CPUs); torch "
+        f"- **Device**: {', '.join(gpus)}, one training per GPU, up to {max(concurrent(r, records) for r in records)} "
+        f"at once on one host, sharing its CPUs (the runs table says how many beside each run); torch "
         f"{first['torch_version']}; dates {', '.join(dates)}.",
         f"- **GPU time**: {sum(walls) / 60:.1f} GPU-minutes of training (start-up and evaluation included) and "
         f"{sum(evals) / 60:.1f} of length evaluation, for the runs with records.",
@@ -386,7 +428,8 @@ def page(records: list[Record]) -> str:
         "",
         f"Gap = the spec's held-out loss minus the mean of the {len(seeds)} Transformer++ seeds' "
         f"({', '.join(s.name for s in seeds)}), in nats/token, at the matched training loss (experiments/report.py "
-        "says how it is chosen); seed spread = the range of the Transformer++ seeds' mean OOD loss there. A "
+        "says how it is chosen); seed spread = the range of the Transformer++ seeds' mean OOD loss there (a spec "
+        "with several seeds is compared by its seeds' mean, and the larger of the two ranges is its spread). A "
         "domain's gap ends in `~` when it is within that domain's seed spread. `measured`: worse OOD / better OOD "
         "when the mean OOD gap exceeds the spread, else within seed spread. `verdict agrees`: a pass verdict "
         "predicts no worse OOD loss, degraded or fail predicts a worse one.",
@@ -395,9 +438,7 @@ def page(records: list[Record]) -> str:
         "",
         *statement(facts),
         "",
-        "### The Transformer++ seeds (final evaluation, nats/token)",
-        "",
-        *baseline_table(seeds),
+        *seeds_sections(limited),
         "",
         "## Held-out loss against training loss",
         "",
@@ -434,7 +475,7 @@ def page(records: list[Record]) -> str:
         "bash experiments/stage_data.sh CORPUS           # .study/a and .study/b: the data in two parts, the code domain",
         "# on the GPU machine, call after call (the study runs in the background between them):",
         "bash experiments/study_gpu.sh stage             # carry .study/a, .whl (the wheels docs/training.md names), .sdist",
-        "bash experiments/study_gpu.sh start 2 22        # carry .study/b; 2 GPUs; start no run after 22 minutes",
+        "bash experiments/study_gpu.sh start 4 13        # carry .study/b; 4 GPUs; start no run after 13 minutes",
         "bash experiments/study_gpu.sh poll 560          # repeat; each call returns study_records.tar.gz",
         "# here: unpack the last tarball's records/ into docs/results/runs/, then",
         "python experiments/report.py",
@@ -457,8 +498,10 @@ def page(records: list[Record]) -> str:
         "select far back (a 256-token window) loses little, and the paper's differences, measured after far more "
         "training, may not have opened yet. A gap that is absent here is therefore weak evidence against the "
         "paper; a gap that is present and beyond the seed spread is evidence for it at this scale.",
-        f"- The seed spread comes from {len(seeds)} Transformer++ seeds; with so few, it underestimates the noise "
-        "(the study plans three seeds of Transformer++ and of Mamba-2).",
+        f"- The seed spread comes from {len(seeds)} Transformer++ seeds"
+        + "".join(f" and {len(runs)} {spec} seeds" for spec, runs in by_spec(limited).items()
+                  if spec != BASELINE and len(runs) > 1)
+        + "; with so few, it underestimates the noise.",
         "- Matching training loss compares a slower learner late in its run (more tokens seen, a lower learning "
         "rate on the cosine) with Transformer++ early in its run. With evaluations 90 steps apart the matched "
         "values are interpolated over stretches where the loss still falls fast. Both can move a gap by more "

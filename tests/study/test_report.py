@@ -57,6 +57,32 @@ def test_the_gap_is_the_spec_minus_the_seed_mean_and_the_spread_their_range(tmp_
     assert report.measured(gap) == "worse OOD"
 
 
+def test_a_spec_with_several_seeds_is_compared_by_its_mean_and_the_wider_seed_range(tmp_path):
+    curve = [7.0, 6.5, 6.0, 5.5, 5.0]
+    seeds = [fake_run(tmp_path, f"limited-transformer-s{s}", curve, {"web_blogs": 0.0, "wiki": 1.0 + s / 10})
+             for s in (0, 1)]  # baseline: wiki 1.0 and 1.1 above the training loss, range 0.1
+    runs = [fake_run(tmp_path, f"limited-mamba2-s{s}", curve, {"web_blogs": 0.0, "wiki": 1.2 + s / 2})
+            for s in (0, 1)]  # the spec: 1.2 and 1.7, range 0.5
+    gap = report.gap_to_baseline(runs, seeds)
+    assert gap.gaps["wiki"] == pytest.approx(1.45 - 1.05)
+    assert gap.spreads["wiki"] == pytest.approx(0.5)  # the spec's own range, the wider one
+    assert report.measured(gap) == "within seed spread"
+    one = report.gap_to_baseline(runs[:1], seeds)
+    assert one.gaps["wiki"] == pytest.approx(1.2 - 1.05) and one.spreads["wiki"] == pytest.approx(0.1)
+
+
+def test_trainings_at_once_counts_the_runs_overlapping_each_one(tmp_path):
+    def at(name: str, start: str, wall: float):
+        rec = fake_run(tmp_path, name, [6.0], {"web_blogs": 0.0})
+        (rec.path / "study.json").write_text(json.dumps({"attempts": [
+            {"gpu": "x", "wall_s": wall, "started": f"2026-11-26T{start}Z"}]}))
+        return report.load(rec.path)
+
+    a, b, c = at("limited-a-s0", "10:00:00", 600), at("limited-b-s0", "10:05:00", 60), at("limited-c-s0", "10:20:00", 60)
+    runs = [a, b, c]
+    assert [report.concurrent(r, runs) for r in runs] == [2, 2, 1]
+
+
 def test_a_spec_that_never_reaches_the_baseline_loss_is_compared_at_equal_steps_and_says_so(tmp_path):
     seeds = [fake_run(tmp_path, f"limited-transformer-s{s}", [6.0, 5.5, 5.0], {"web_blogs": 0.0, "wiki": 1.0 + s / 10})
              for s in (0, 1)]
