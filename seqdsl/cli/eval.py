@@ -89,16 +89,15 @@ def run(args: argparse.Namespace) -> int:
                            hint="evaluate with the tokenizer the run was trained with")
     seq_len = args.seq_len or ckpt.config.get("seq_len") or lm.spec.context
     batch = args.batch_size or ckpt.config.get("eval_batch") or 8
+    from seqdsl.eval.recall import RecallSplits
+
+    recall = RecallSplits() if args.recall else None
     records = evaluate_records(lm, sets, step=ckpt.step, tokens=ckpt.tokens, seq_len=seq_len, batch_size=batch,
                                device=device, autocast_dtype=autocast_dtype(args.dtype, device),
-                               progress=None if args.quiet else ProgressLines())
-    if args.recall:
-        from seqdsl.eval.recall import evaluate_recall
-
-        splits = evaluate_recall(lm, sets, seq_len=seq_len, batch_size=batch, device=device,
-                                 autocast_dtype=autocast_dtype(args.dtype, device))
+                               progress=None if args.quiet else ProgressLines(), observe=recall)
+    if recall is not None:
         for r in records:
-            split = splits[r["domain"]]
+            split = recall.splits[r["domain"]]
             r.update(recall_loss=split.recall_loss, recall_tokens=split.recall_tokens, other_loss=split.other_loss)
     print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
           f"seq_len {seq_len}, device {device}")

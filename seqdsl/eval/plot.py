@@ -29,8 +29,15 @@ def _pyplot():
 
 
 def plot(cmp: Comparison, path: str | Path) -> Path:
-    plt = _pyplot()
-    fig = figure(cmp)
+    _pyplot()
+    return save_figure(figure(cmp), path)
+
+
+def save_figure(fig, path: str | Path) -> Path:
+    """Write `fig` to `path` (its folder made) and close it; an unwritable path is one readable
+    error. Shared by every seqdsl plot."""
+    from matplotlib import pyplot as plt
+
     out = Path(path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

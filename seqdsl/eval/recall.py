@@ -69,28 +69,19 @@ def recall_split(logits: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit
     return RecallSplit(float(nll[mask].sum()), int(mask.sum()), float(nll[~mask].sum()), int((~mask).sum()))
 
 
-def evaluate_recall(model, sets, *, seq_len: int, batch_size: int, device, autocast_dtype=None) -> dict:
-    """The recall split of `model` on each set (domain -> EvalSet), over exactly the windows the
-    ordinary evaluation scores (seqdsl/eval/loss.py), so the two losses weighted by their token
-    counts add up to its loss. One process; the model's training mode is restored afterwards."""
-    from seqdsl.run.loss import _batches, check_seq_len
-    from seqdsl.run.device import autocast
+class RecallSplits:
+    """The recall split of every domain an evaluation scores, gathered as it runs: pass it as
+    `observe` to seqdsl/run/loss.py's `evaluate` (or `evaluate_records`), so the split covers
+    exactly the windows the ordinary loss scores, in the same forwards, and the two losses
+    weighted by their token counts add up to that loss."""
 
-    check_seq_len(model, seq_len)
-    device = torch.device(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            out = {}
-            for name, s in sets.items():
-                total = RecallSplit(0.0, 0, 0.0, 0)
-                for x, y in _batches(s.tokens.to(torch.long), seq_len, batch_size):
-                    x, y = x.to(device), y.to(device)
-                    with autocast(device, autocast_dtype):
-                        logits, _ = model(x)
-                    total = total + recall_split(logits, x, y)
-                out[name] = total
-            return out
-    finally:
-        model.train(was_training)
+    def __init__(self) -> None:
+        self.splits: dict[str, RecallSplit] = {}
+
+    def __call__(self, domain: str):
+        self.splits[domain] = RecallSplit(0.0, 0, 0.0, 0)
+
+        def observe(logits: Tensor, inputs: Tensor, targets: Tensor) -> None:
+            self.splits[domain] = self.splits[domain] + recall_split(logits, inputs, targets)
+
+        return observe

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from seqdsl.errors import SeqFileError
+from seqdsl.eval.plot import save_figure
 
 
 def _pyplot():
@@ -55,12 +55,4 @@ def plot(records: list[dict], path: str | Path) -> Path | None:
     for ax in list(axes.flat)[len(tasks):]:
         ax.set_visible(False)
     fig.tight_layout()
-    out = Path(path)
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(out, dpi=120)
-    except OSError as err:
-        raise SeqFileError(f"cannot write the plot {out}: {err.strerror or err}") from None
-    finally:
-        plt.close(fig)
-    return out
+    return save_figure(fig, path)

@@ -105,12 +105,19 @@ def _stack(tokens: Tensor, starts: list[int], length: int) -> tuple[Tensor, Tens
     return rows[:, :-1], rows[:, 1:]
 
 
-def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor) -> float:
+# observe(logits, x, y): shown every batch this process scores, after its loss (e.g. the recall
+# split, seqdsl/eval/recall.py), so a second measure costs no second forward
+Observer = Callable[[Tensor, Tensor, Tensor], None]
+
+
+def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor, observe: Observer | None = None) -> float:
     """Summed NLL of targets y (B, S') given inputs x, accumulated in float64."""
     logits, _ = model(x)  # (B, S', V)
     # float32 at least (bf16 logits under autocast); float64 models keep float64
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     nll = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+    if observe is not None:
+        observe(logits, x, y)
     return nll.double().sum().item()
 
 
@@ -120,12 +127,12 @@ def forwards_per_process(n_batches: int, world: int) -> int:
 
 def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len: int,
                  batch_size: int, device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
-                 after_forward: Callable[[], None] | None = None) -> DomainLoss:
+                 after_forward: Callable[[], None] | None = None, observe: Observer | None = None) -> DomainLoss:
     """`split` = (rank, world): this process scores batches rank, rank + world, ... and the sums
     are added over the processes (a torch.distributed group of `world`). Every process runs the
     same number of forwards (`forwards_per_process`), with a discarded one where its share runs
     out, since a sharded (FSDP2) model's forward is collective. `after_forward` is called after
-    each of them (progress display)."""
+    each of them (progress display); `observe` sees every batch scored here (`Observer`)."""
     n = tokens.numel()
     if n < 2:
         raise EvalError(f"an evaluation set needs at least 2 tokens to score one, got {n}")
@@ -138,7 +145,7 @@ def evaluate_set(model: LanguageModel, tokens: Tensor, n_bytes: int, *, seq_len:
     for i in range(rank, rank + world * forwards_per_process(len(batches), world), world):
         x, y = batches[i] if i < len(batches) else batches[0]
         with autocast(device, autocast_dtype):
-            nll = _nll_sum(model, x.to(device), y.to(device))
+            nll = _nll_sum(model, x.to(device), y.to(device), observe if i < len(batches) else None)
         total += nll if i < len(batches) else 0.0
         if after_forward is not None:
             after_forward()
@@ -178,11 +185,13 @@ class _ForwardCounter:
 
 def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int, batch_size: int,
              device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
-             progress: EvalProgress | None = None) -> dict[str, DomainLoss]:
+             progress: EvalProgress | None = None,
+             observe: Callable[[str], Observer] | None = None) -> dict[str, DomainLoss]:
     """Loss of `model` on each set (keyed as `sets`), every token but the first of each set
     scored once (see the module docstring), the batches split over processes as `split` says
     (`evaluate_set`). Runs without gradients in eval mode; the model's training mode is restored
-    afterwards. `progress`, if given, is told of every forward (`EvalProgress`)."""
+    afterwards. `progress`, if given, is told of every forward (`EvalProgress`); `observe(domain)`,
+    if given, gives the `Observer` of that domain's batches."""
     if batch_size < 1:
         raise EvalError(f"batch_size must be at least 1, got {batch_size}")
     check_seq_len(model, seq_len)
@@ -199,7 +208,8 @@ def evaluate(model: LanguageModel, sets: Mapping[str, EvalSet], *, seq_len: int,
                 results[name] = evaluate_set(model, s.tokens, s.n_bytes, seq_len=seq_len,
                                              batch_size=batch_size, device=device,
                                              autocast_dtype=autocast_dtype, split=split,
-                                             after_forward=counter.tick)
+                                             after_forward=counter.tick,
+                                             observe=None if observe is None else observe(name))
             return results
     finally:
         model.train(was_training)

@@ -26,14 +26,15 @@ def eval_records(results: Mapping, in_domain: Mapping[str, bool], *, step: int, 
 
 def evaluate_records(model, sets: Mapping, *, step: int, tokens: int, seq_len: int, batch_size: int,
                      device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
-                     progress=None) -> list[dict]:
+                     progress=None, observe=None) -> list[dict]:
     """The eval records of `model` on `sets` (domain -> EvalSet) after `step` optimizer steps and
     `tokens` training tokens, the batches split over processes as `split` = (rank, world) says,
-    `progress(done, total, domain)` told of every forward (seqdsl/run/loss.py: `evaluate`)."""
+    `progress(done, total, domain)` told of every forward and `observe(domain)` shown every batch
+    (seqdsl/run/loss.py: `evaluate`)."""
     from seqdsl.run.loss import evaluate
 
     results = evaluate(model, sets, seq_len=seq_len, batch_size=batch_size, device=device,
-                       autocast_dtype=autocast_dtype, split=split, progress=progress)
+                       autocast_dtype=autocast_dtype, split=split, progress=progress, observe=observe)
     return eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=step, tokens=tokens,
                         seq_len=seq_len)
 

@@ -9,6 +9,8 @@ which is what a call dispatches on) and its op, named as the support tables
 from __future__ import annotations
 
 import enum
+import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -53,6 +55,33 @@ class Backend(Protocol):
     def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
         """(True, "") when `op` matches the reference on this machine, else (False, why)."""
         ...
+
+
+def import_failure(load: Callable[[], object], what: str) -> str:
+    """"" when `load()` imports `what` here, else why not, in one line: an ImportError, or a
+    package's CUDA extension failing to load (which raises other errors)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load()
+    except Exception as err:
+        first = str(err).splitlines()[0][:120] if str(err) else ""
+        return f"{what} is not importable here ({type(err).__name__}: {first})"
+    return ""
+
+
+class Unchecked:
+    """The Backend questions answered for a backend that is never self-checked: the reference
+    (what the others are checked against) and torch's own SDPA (tested against the reference)."""
+
+    def facts(self, key: KernelKey) -> str:
+        return ""
+
+    def known_refusal(self, key: KernelKey, op: str) -> str:
+        return ""
+
+    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        return True, ""
 
 
 class AttentionBackend(Backend, Protocol):

@@ -42,12 +42,12 @@ kernel takes its per-entry branch. The kernel updates the state in place: it is 
 from __future__ import annotations
 
 import functools
-import warnings
 
 import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.lower.backends import mamba_ssd
 from seqdsl.lower.backends.mamba_ssd import groups
@@ -64,14 +64,7 @@ def _scan_fn():
 @functools.lru_cache(maxsize=None)
 def importable() -> str:
     """"" when mamba-ssm's selective scan imports here, else why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            _scan_fn()
-    except Exception as err:  # ImportError, or its CUDA extension (selective_scan_cuda) failing to load
-        return f"mamba-ssm's selective scan is not importable here ({type(err).__name__}: " \
-               f"{str(err).splitlines()[0][:120] if str(err) else ''})"
-    return ""
+    return import_failure(_scan_fn, "mamba-ssm's selective scan")
 
 
 def _cuda():

@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import functools
 import math
-import warnings
 from collections.abc import Callable
 
 import torch
@@ -45,6 +44,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
@@ -65,13 +65,10 @@ def _ssd():
 @functools.lru_cache(maxsize=None)
 def importable() -> str:
     """"" when mamba-ssm's SSD kernels import here, else why not."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            ssd = _ssd()
-    except Exception as err:  # ImportError, or its CUDA extension failing to load
-        return f"mamba-ssm is not importable here ({type(err).__name__}: {str(err).splitlines()[0][:120] if str(err) else ''})"
-    missing = [name for name in _KERNELS if not hasattr(ssd, name)]
+    failure = import_failure(_ssd, "mamba-ssm")
+    if failure:
+        return failure
+    missing = [name for name in _KERNELS if not hasattr(_ssd(), name)]
     if missing:
         return f"this mamba-ssm lacks the SSD kernels seqdsl calls ({', '.join(missing)}); 2.3.x has them"
     return ""

@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import recurrent as rec_ref
@@ -23,18 +24,9 @@ from seqdsl.reference import top1 as top1_ref
 CHUNKED, RECURRENT = "reference.chunked", "reference.recurrent"
 
 
-class ReferenceBackend:
+class ReferenceBackend(Unchecked):
     def what(self, op: str) -> str:
         return "the reference"
-
-    def facts(self, key: KernelKey) -> str:
-        return ""  # never self-checked: it is what the others are checked against
-
-    def known_refusal(self, key: KernelKey, op: str) -> str:
-        return ""
-
-    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        return True, ""
 
     def attend(self, key: KernelKey, op: str, m: AttentionInputs, *, dense: Dense | None = None,
                kernels: object = None) -> Tensor:

@@ -15,6 +15,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.backends import reference
 from seqdsl.lower.inputs import AttentionInputs
 from seqdsl.reference import attention as attn_ref
@@ -22,18 +23,9 @@ from seqdsl.reference import attention as attn_ref
 CAUSAL = "sdpa.causal"
 
 
-class SdpaBackend:
+class SdpaBackend(Unchecked):
     def what(self, op: str) -> str:
         return "softmax attention"
-
-    def facts(self, key: KernelKey) -> str:
-        return ""  # never self-checked: torch's own op, tested against the reference
-
-    def known_refusal(self, key: KernelKey, op: str) -> str:
-        return ""
-
-    def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        return True, ""
 
     def attend(self, key: KernelKey, op: str, m: AttentionInputs, *, dense: Dense | None = None,
                kernels: object = None) -> Tensor:
