@@ -156,14 +156,15 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     return dq + torch.where(selected, dq_sel, 0), dk, dv  # chunk-0 queries selected nothing
 
 
-def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """(B, 1, H, Dv): the newest query (position L - 1) against the cache k, v (B, L, H, *)."""
+def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, kv_group: int = 1) -> Tensor:
+    """(B, 1, H, Dv): the newest query (position L - 1) against the cache k, v (B, L, H / kv_group, *):
+    query head h reads the cache's head h // kv_group."""
     mod = load(key)
     B, _, H, Dk = q.shape
     L = k.shape[1]
     o = torch.empty(B, 1, H, v.shape[-1], dtype=v.dtype, device=v.device)
     kbar = kbar_for(key, k)
     getattr(mod, f"{key.slug()}_decode")[(B * H,)](
-        q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, BLOCK_M=16, BLOCK_C=_block_c(),
+        q, k, v, kbar, o, *launch.strides(q, k, v, kbar, o), L, H, KV_GROUP=kv_group, BLOCK_M=16, BLOCK_C=_block_c(),
         PREC=launch.precision(q.dtype), **launch.launch_opts(launch.tiles(Dk, q.dtype, train=False)))
     return o

@@ -30,9 +30,11 @@ from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 
 
-def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool, q_offset: int = 0):
+def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool, q_offset: int = 0,
+            kv_group: int = 1):
     """(o, idx, lse, o_soft): lse and o_soft are empty unless `with_soft` (training).
-    q may hold fewer rows than k (decoding: its first row sits at position q_offset)."""
+    q may hold fewer rows than k (decoding: its first row sits at position q_offset); k and v
+    may hold one head per `kv_group` query heads (decoding a grouped cache, without repeating it)."""
     mod = load(key)
     name = key.slug()
     B, Tq, H, _ = q.shape
@@ -46,7 +48,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
     grid = (B * H, triton_cdiv(Tq, cfg["BLOCK_M"]))  # (heads, blocks): the kernels order the work
     getattr(mod, f"{name}_fwd")[grid](
         q, k, v, o, idx, lse, o_soft, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H,
-        WITH_SOFT=with_soft, PREC=launch.precision(q.dtype), **launch.blocks(cfg, "BLOCK_M", "BLOCK_N"),
+        WITH_SOFT=with_soft, KV_GROUP=kv_group, PREC=launch.precision(q.dtype), **launch.blocks(cfg, "BLOCK_M", "BLOCK_N"),
         **launch.launch_opts(cfg))
     return o, idx, lse, o_soft
 

@@ -8,7 +8,7 @@
     self_check(key, dtype, device)  (ok, detail): outputs and every gradient vs the reference
 
 Shape legend: q, k (B, T, H, Dk) after RoPE; v, o (B, T, H, Dv); decoding: q (B, 1, H, Dk)
-at position L - 1 of a cache k (B, L, H, Dk), v (B, L, H, Dv). scale and temperature come from
+at position L - 1 of a cache k (B, L, K, Dk), v (B, L, K, Dv), K = key.kv_groups (or H). scale and temperature come from
 the key (`key.scale`, `key.temperature`): the same numbers seqdsl/lower passes the reference.
 """
 
@@ -85,17 +85,25 @@ def run(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """(B, 1, H, Dv) for the query at position L - 1 (no gradient: generation)."""
+    """(B, 1, H, Dv) for the query at position L - 1 (no gradient: generation). The cache k, v
+    holds one head per H / kv_groups query heads (the key's grouping: a grouped-query cache as
+    stored, read in place, query head h reading head h // (H / kv_groups)) or one per query head."""
     from seqdsl.kernels import chunk, element
 
     _checked(key)
     q, k, v = _prepare(q, k, v)
     if q.shape[1] != 1:
         raise ValueError(f"decode takes one query row, got {q.shape[1]}")
+    share = key.heads // key.kv_groups  # query heads per key/value head, from the key
+    H = q.shape[2]
+    if H % share or k.shape[2] not in (H // share, H) or v.shape[2] != k.shape[2]:
+        raise ValueError(f"decode takes a cache of {H // share} key/value heads for {H} query heads "
+                         f"(or {H}), got k {tuple(k.shape)}, v {tuple(v.shape)}")
+    kv_group = H // k.shape[2]
     with torch.no_grad():
         if selection(key).over == "element":
-            return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1)[0]
-        return chunk.decode(key, q, k, v)
+            return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1, kv_group=kv_group)[0]
+        return chunk.decode(key, q, k, v, kv_group)
 
 
 def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

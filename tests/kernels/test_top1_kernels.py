@@ -10,6 +10,7 @@ On CPU the kernels run under TRITON_INTERPRET=1 (tests/kernels/conftest.py): sha
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from unittest import mock
@@ -129,6 +130,27 @@ def test_decode_matches_last_row_of_the_full_forward(spec, local):
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, L
 
 
+@pytest.mark.parametrize("spec,local", [("top1_element", False), ("top1_chunk_exact", True),
+                                        ("top1_chunk_approx", False)])
+def test_decode_reads_a_grouped_cache_in_place(spec, local):
+    """Grouped-query decoding: four query heads on a cache of two key/value heads, read in place
+    (query head h reads cache head h // 2), equal to the reference on the repeated cache; and a
+    cache of any other head count is refused."""
+    chunk = {} if spec == "top1_element" else {"chunk": 16, "local": local}
+    key = dataclasses.replace(variant(spec, dk=16, dv=16, **chunk), heads=4, kv_groups=2)
+    gen = torch.Generator().manual_seed(5)
+    L = 37
+    q = torch.randn(1, L, 4, 16, generator=gen)
+    k, v = torch.randn(1, L, 2, 16, generator=gen), torch.randn(1, L, 2, 16, generator=gen)
+    rep = [t.repeat_interleave(2, dim=2).double() for t in (k, v)]
+    want = top1.reference(key, q.double(), *rep)[:, -1:]
+    got = top1.decode(key, q[:, -1:], k, v)
+    assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+    assert torch.equal(got, top1.decode(key, q[:, -1:], k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2)))
+    with pytest.raises(ValueError, match="2 key/value heads for 4 query heads"):
+        top1.decode(key, q[:, -1:], k[:, :, :1], v[:, :, :1])
+
+
 def test_chunk_zero_query_with_local_attends_its_prefix_only():
     """A chunk-0 query with local = true has no candidates: plain causal attention on its prefix,
     and the gate is exactly 0 (no gradient into any chunk score)."""
@@ -207,3 +229,24 @@ def test_kernels_on_gpu_at_large_shapes(spec, dtype, dim):
     # the largest errors against float64 go to the log (pytest -s prints them as each test runs)
     print(f"{spec} D={dim} {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
+
+
+def test_the_triton_backend_decodes_a_grouped_cache_without_repeating_it(monkeypatch):
+    """seqdsl/lower's decoding step hands the generated decode kernel the cache as stored (two
+    key/value heads for four query heads), and the answer is the reference's."""
+    from seqdsl.lower.backends import reference
+    from seqdsl.lower.backends.triton import TritonBackend
+    from seqdsl.lower.inputs import AttentionInputs
+
+    key = dataclasses.replace(variant("top1_element", dk=16, dv=16), heads=4, kv_groups=2)
+    gen = torch.Generator().manual_seed(9)
+    m = AttentionInputs(q=torch.randn(1, 1, 4, 16, generator=gen), k=torch.randn(1, 21, 2, 16, generator=gen),
+                        v=torch.randn(1, 21, 2, 16, generator=gen), pos=20)
+    seen = []
+    real = top1.decode
+    monkeypatch.setattr(top1, "decode", lambda key, q, k, v: seen.append(k.shape[2]) or real(key, q, k, v))
+    with torch.no_grad():
+        got = TritonBackend().attend(key, "triton.top1_element", m)
+        want = reference.attention_reference(key, m)
+    assert seen == [2]
+    assert torch.allclose(got, want, atol=1e-5)

@@ -48,11 +48,14 @@ class TritonBackend:
         from seqdsl.kernels import top1
 
         T, L = m.q.shape[1], m.k.shape[1]
-        # the generated kernels take one key/value head per query head
-        k, v = attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads)
+        if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
+            if m.k.shape[2] == m.v.shape[2]:  # a grouped cache is read in place, never repeated
+                return top1.decode(key, m.q, m.k, m.v)
+            # keys per head (random, constant) and values in groups: one head per query head
+            return top1.decode(key, m.q, attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads))
         if m.pos == 0 and T == L:
             assert callable(kernels), "a plan on the Triton backend binds its kernels (TritonBackend.bind)"
-            return kernels(m.q, k, v)
-        if T == 1 and m.pos == L - 1 and not torch.is_grad_enabled():
-            return top1.decode(key, m.q, k, v)
+            # the training kernels take one key/value head per query head (their backward sums
+            # the gradients of a group's heads when they are repeated here)
+            return kernels(m.q, attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads))
         return reference.attention_reference(key, m)

@@ -33,6 +33,7 @@ def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h  # the scan reads key head hk (the select kernel takes one key head per query head)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
     pos = rows + Q_OFF
@@ -48,7 +49,7 @@ def top1_chunk_e3b4696ebbd5_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
     q32 = q.to(tl.float32)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + tl.arange(0, BLOCK_C)
-        kbt = tl.load(KBAR + b * sbb + h * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
+        kbt = tl.load(KBAR + b * sbb + hk * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
         z2 = tl.dot(q32, kbt, input_precision=PREC) * FACTOR
         z2 = tl.where((cids[None, :] < c_own) & live[:, None], z2, float("-inf"))
         tile_best = tl.max(z2, 1)
@@ -314,12 +315,13 @@ def top1_chunk_e3b4696ebbd5_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
 @triton.jit
 def top1_chunk_e3b4696ebbd5_decode(Q, K, V, KBAR, O,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sbb, sbt, sbh, sob, sot, soh,
-        T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
+        T_K, H, KV_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: the newest query (position T_K - 1) of one (batch, head) against the cache:
     the selection scan, then softmax over the selected chunk and the local chunk, merged."""
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
+    hk = h // KV_GROUP  # the cache's key/value head of query head h (grouped queries share it)
     WITH_STATS: tl.constexpr = False
     rows = tl.arange(0, BLOCK_M)
     live = rows < 1  # one query; the tile is padded to BLOCK_M rows for tl.dot
@@ -337,7 +339,7 @@ def top1_chunk_e3b4696ebbd5_decode(Q, K, V, KBAR, O,
     q32 = q.to(tl.float32)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + tl.arange(0, BLOCK_C)
-        kbt = tl.load(KBAR + b * sbb + h * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
+        kbt = tl.load(KBAR + b * sbb + hk * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
         z2 = tl.dot(q32, kbt, input_precision=PREC) * FACTOR
         z2 = tl.where((cids[None, :] < c_own) & live[:, None], z2, float("-inf"))
         tile_best = tl.max(z2, 1)
@@ -361,8 +363,8 @@ def top1_chunk_e3b4696ebbd5_decode(Q, K, V, KBAR, O,
         # an unused chunk (c may be -1) reads from chunk 0 with every key masked off
         cols = tl.where(use, c, 0) * CHUNK + tl.arange(0, CHUNK)
         t_use = tl.where(use, T_K, 0)
-        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < t_use, other=0.0)
-        vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < t_use, other=0.0)
+        kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < t_use, other=0.0)
+        vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < t_use, other=0.0)
         z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
         z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None] & (cols[None, :] < t_use), z2, float("-inf"))
         m_new = tl.maximum(m, tl.max(z2, 1))

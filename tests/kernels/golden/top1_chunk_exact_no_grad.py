@@ -33,6 +33,7 @@ def top1_chunk_58587a751ec3_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h  # the scan reads key head hk (the select kernel takes one key head per query head)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
     pos = rows + Q_OFF
@@ -52,7 +53,7 @@ def top1_chunk_58587a751ec3_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
         kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
-        kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
+        kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None])
         s_tile = tl.dot(q, kt, input_precision=PREC)
         raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
@@ -247,12 +248,13 @@ def top1_chunk_58587a751ec3_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
 @triton.jit
 def top1_chunk_58587a751ec3_decode(Q, K, V, KBAR, O,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sbb, sbt, sbh, sob, sot, soh,
-        T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
+        T_K, H, KV_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: the newest query (position T_K - 1) of one (batch, head) against the cache:
     the selection scan, then softmax over the selected chunk and the local chunk, merged."""
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
+    hk = h // KV_GROUP  # the cache's key/value head of query head h (grouped queries share it)
     WITH_STATS: tl.constexpr = False
     rows = tl.arange(0, BLOCK_M)
     live = rows < 1  # one query; the tile is padded to BLOCK_M rows for tl.dot
@@ -274,7 +276,7 @@ def top1_chunk_58587a751ec3_decode(Q, K, V, KBAR, O,
         kb_sel = tl.zeros([BLOCK_M, DK], tl.float32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask; raw q.k ranks as s
         cols = c * CHUNK + tl.arange(0, CHUNK)
-        kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
+        kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None])
         s_tile = tl.dot(q, kt, input_precision=PREC)
         raw = tl.max(s_tile, 1)  # the chunk's best key
         if WITH_STATS:
@@ -303,8 +305,8 @@ def top1_chunk_58587a751ec3_decode(Q, K, V, KBAR, O,
         # an unused chunk (c may be -1) reads from chunk 0 with every key masked off
         cols = tl.where(use, c, 0) * CHUNK + tl.arange(0, CHUNK)
         t_use = tl.where(use, T_K, 0)
-        kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < t_use, other=0.0)
-        vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < t_use, other=0.0)
+        kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < t_use, other=0.0)
+        vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < t_use, other=0.0)
         z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
         z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None] & (cols[None, :] < t_use), z2, float("-inf"))
         m_new = tl.maximum(m, tl.max(z2, 1))

@@ -20,7 +20,8 @@ NO_KEY = tl.constexpr(2147483647)  # larger than any key index: loses every min(
 def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
         T_Q, T_K, Q_OFF, H,
-        WITH_SOFT: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PREC: tl.constexpr):
+        WITH_SOFT: tl.constexpr, KV_GROUP: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        PREC: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head). Online max / arg-max over key tiles;
     WITH_SOFT (training) also keeps the log-sum-exp and the soft output p @ v for the STE."""
     # heaviest programs first (the grid runs axis 0 fastest: every head's block, then the next
@@ -29,6 +30,7 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // KV_GROUP  # the key/value head of query head h (KV_GROUP query heads share one)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     pos = rows + Q_OFF  # absolute position of each query (decoding: Q_OFF = cached tokens)
     offs_k = tl.arange(0, DK)
@@ -46,7 +48,7 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
     n_free = (pid * BLOCK_M + Q_OFF + 1) // BLOCK_N
     for start in range(0, n_free * BLOCK_N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None])
+        kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None])
         raw = tl.dot(q, kt, input_precision=PREC)
         tile_max = tl.max(raw, 1)
         # ties: the lowest index inside the tile, and a later tile wins only if strictly higher
@@ -57,13 +59,13 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
             p = tl.exp2((raw - new_best[:, None]) * FACTOR)
             alpha = tl.exp2((best - new_best) * FACTOR)
             denom = denom * alpha + tl.sum(p, 1)
-            vt = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :])
+            vt = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :])
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision=PREC)
         best = new_best
 
     for start in range(n_free * BLOCK_N, (pid + 1) * BLOCK_M + Q_OFF, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        kt = tl.load(K + b * skb + h * skh + cols[None, :] * skt + offs_k[:, None], mask=cols[None, :] < T_K, other=0.0)
+        kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None], mask=cols[None, :] < T_K, other=0.0)
         raw = tl.dot(q, kt, input_precision=PREC)
         raw = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K), raw, float("-inf"))
         tile_max = tl.max(raw, 1)
@@ -75,13 +77,13 @@ def top1_element_b03bb576b82d_fwd(Q, K, V, O, IDX, LSE, OSOFT,
             p = tl.exp2((raw - new_best[:, None]) * FACTOR)
             alpha = tl.exp2((best - new_best) * FACTOR)
             denom = denom * alpha + tl.sum(p, 1)
-            vt = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+            vt = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
             acc = acc * alpha[:, None] + tl.dot(p.to(vt.dtype), vt, input_precision=PREC)
         best = new_best
 
     live = rows < T_Q
     # the output: the value row of the arg-max key, gathered
-    o = tl.load(V + b * svb + h * svh + idx[:, None] * svt + offs_v[None, :], mask=live[:, None], other=0.0)
+    o = tl.load(V + b * svb + hk * svh + idx[:, None] * svt + offs_v[None, :], mask=live[:, None], other=0.0)
     tl.store(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], o, mask=live[:, None])
     tl.store(IDX + bh * T_Q + rows, idx, mask=live)
     if WITH_SOFT:
