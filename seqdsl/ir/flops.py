@@ -37,7 +37,7 @@ from functools import lru_cache
 from typing import Literal
 
 from seqdsl.ir import nodes
-from seqdsl.ir.key import KernelKey
+from seqdsl.ir.key import KernelKey, chunk_size, selection, window_size
 from seqdsl.ir.plan import MixerPlan, mixer_plan, swiglu_hidden
 
 Convention = Literal["causal", "dense"]
@@ -93,9 +93,9 @@ class FlopCount:
 def _visible(key: KernelKey, i: int) -> int:
     """Keys query i (0-based) sees under the mixer's visibility."""
     if key.visibility == "window":
-        return min(i + 1, key.window)
+        return min(i + 1, window_size(key))
     if key.visibility == "chunk_local":
-        return i % key.window + 1
+        return i % window_size(key) + 1
     return i + 1
 
 
@@ -112,7 +112,7 @@ def _softmax_mixing(key: KernelKey, i: int) -> Flops:
 
 
 def _element_mixing(key: KernelKey, i: int) -> Flops:
-    sel, H = key.select, key.heads
+    sel, H = selection(key), key.heads
     vis = _visible(key, i)
     picked = min(sel.k, vis)
     scan = 2.0 * H * key.feature_dim * vis  # every visible score, to find the arg-max
@@ -129,8 +129,8 @@ def _element_mixing(key: KernelKey, i: int) -> Flops:
 
 
 def _chunk_mixing(key: KernelKey, i: int) -> Flops:
-    sel, H, Fk = key.select, key.heads, key.feature_dim
-    c = sel.chunk
+    sel, H, Fk = selection(key), key.heads, key.feature_dim
+    c = chunk_size(sel)
     ci, r = divmod(i, c)  # the query's chunk, and its offset inside it
     if sel.local:
         # candidates: the ci earlier (complete) chunks; the own chunk's prefix is always attended
@@ -192,7 +192,7 @@ def mixing_flops(key: KernelKey, seq_len: int, convention: Convention = "causal"
         return _recurrent_mixing(key, seq_len)
     if key.family == "softmax":
         at = _softmax_mixing
-    elif key.select.over == "element":
+    elif selection(key).over == "element":
         at = _element_mixing
     else:
         at = _chunk_mixing

@@ -117,6 +117,28 @@ class KernelKey:
         return _slug(self)
 
 
+def selection(key: KernelKey) -> SelectKey:
+    """`key.select`, for code that knows the family is "select" (ValueError if it has none)."""
+    if key.select is None:
+        raise ValueError(f"a kernel key of family {key.family!r} has no top-k selection")
+    return key.select
+
+
+def window_size(key: KernelKey) -> int:
+    """`key.window`, for code that knows the visibility is window or chunk_local (ValueError if
+    it has none)."""
+    if key.window is None:
+        raise ValueError(f"a kernel key of visibility {key.visibility!r} has no window size")
+    return key.window
+
+
+def chunk_size(select: SelectKey) -> int:
+    """`select.chunk`, for code that knows the selection is over chunks (ValueError if it has none)."""
+    if select.chunk is None:
+        raise ValueError(f"a top-k selection over {select.over!r} has no chunk size")
+    return select.chunk
+
+
 @functools.lru_cache(maxsize=None)
 def _slug(key: KernelKey) -> str:
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]
@@ -128,10 +150,11 @@ def _score_scale(mixer: nodes.Mixer, feature: str, key_dim: int) -> float:
     rel = mixer.relation
     if feature != "identity":
         return 1.0  # the feature map's input carries the scale (`seqdsl.ir.plan.Relation.feature_scales`)
-    if isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned):
-        return 1.0  # folded into q, per head
-    if isinstance(rel, nodes.Dot) and rel.scale != "auto":
-        return float(rel.scale)
+    if isinstance(rel, nodes.Dot):
+        if isinstance(rel.scale, nodes.Learned):
+            return 1.0  # folded into q, per head
+        if rel.scale != "auto":
+            return float(rel.scale)
     return 1.0 / math.sqrt(key_dim)
 
 
@@ -234,7 +257,8 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
         update=_update_kind(mixer.update),
         value_cols=layout.head_dim + isinstance(mixer.weights, nodes.NormalizedLinear),
         learned_scale=isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned),
-        learned_temperature=softmax and isinstance(mixer.weights.temperature, nodes.Learned),
+        learned_temperature=(isinstance(mixer.weights, nodes.Softmax)
+                             and isinstance(mixer.weights.temperature, nodes.Learned)),
     )
 
 
@@ -265,16 +289,18 @@ def dense_at(key: KernelKey, context: int) -> Dense | None:
         return None
     limits: list[tuple[int, str]] = []  # (longest sequence it holds for, why)
     if key.visibility in ("window", "chunk_local"):
-        limits.append((key.window, f"{key.visibility}({key.window}) covers the {context}-token context"))
+        window = window_size(key)
+        limits.append((window, f"{key.visibility}({window}) covers the {context}-token context"))
     sel = key.select
     if sel is not None and sel.over == "element":
         limits.append((sel.k, f"top({sel.k}) keeps every key of the {context}-token context"))
     elif sel is not None:
         # query i has i // c earlier chunks (+ its own without `local`) as candidates: all are
         # chosen while that count is at most k
-        reach = (sel.k + sel.local) * sel.chunk
-        why = (f"chunk({sel.chunk}) covers the {context}-token context" if sel.chunk >= context else
-               f"top({sel.k}, over=chunk({sel.chunk})) selects every chunk of the {context}-token context")
+        chunk = chunk_size(sel)
+        reach = (sel.k + sel.local) * chunk
+        why = (f"chunk({chunk}) covers the {context}-token context" if chunk >= context else
+               f"top({sel.k}, over=chunk({chunk})) selects every chunk of the {context}-token context")
         limits.append((reach, why))
     if not limits or any(reach < context for reach, _ in limits):
         return None

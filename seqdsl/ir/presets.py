@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict
 
 import pydantic
 
@@ -92,9 +93,32 @@ def preset_name(name: str, preset: str) -> str:
     return f"{_SIZE_SUFFIX.sub('', name)}_{preset.replace('.', '_')}"
 
 
+class _PresetSizes(TypedDict):
+    """A preset's sizes (`nodes.PRESET_SIZES`), typed."""
+
+    layers: int
+    d_model: int
+    vocab: int
+    context: int
+
+
+def _preset_sizes(preset: str) -> _PresetSizes:
+    """`nodes.PRESET_SIZES[preset]` (KeyError for an unknown preset) as a fresh, typed dict."""
+    sizes = nodes.PRESET_SIZES[preset]
+
+    def size(name: str) -> int:
+        value = sizes[name]
+        if not isinstance(value, int):
+            raise TypeError(f"preset {preset}: {name} is {value!r}, not a whole number")
+        return value
+
+    return _PresetSizes(layers=size("layers"), d_model=size("d_model"), vocab=size("vocab"),
+                       context=size("context"))
+
+
 def preset_layers(model: nodes.Model, preset: str) -> tuple[int, list[str]]:
     """The layer count at `preset` (see the module docstring) and a note for each adjustment."""
-    layers = int(nodes.PRESET_SIZES[preset]["layers"])
+    layers = _preset_sizes(preset)["layers"]
     notes = []
     if isinstance(model.mlp, nodes.NoMlp):
         notes.append(f"layers {layers} -> {2 * layers}: mixer-only blocks (mlp = none) come two per "
@@ -221,7 +245,7 @@ def _heads(n: int) -> str:
 
 def _spans(mixer: nodes.Mixer) -> list[tuple[str, tuple[str, ...], int]]:
     """(how it is written, field path, size) of each size in tokens that scales with the context."""
-    out = []
+    out: list[tuple[str, tuple[str, ...], int]] = []
     if isinstance(mixer.visibility, (nodes.Window, nodes.ChunkLocal)):
         out.append((mixer.visibility.kind, ("visibility",), mixer.visibility.size))
     if isinstance(mixer.select, nodes.Top) and isinstance(mixer.select.over, nodes.Chunk):
@@ -272,12 +296,12 @@ def dense_change(before: nodes.Mixer, d_from: int, ctx_from: int,
     (seqdsl.ir.key.dense_at); "" when that is unchanged."""
     was = dense_at(mixer_plan(before, d_from).key, ctx_from)
     now = dense_at(mixer_plan(after, d_to).key, ctx_to)
-    if (was is None) == (now is None):
-        return ""
-    if now is not None:
+    if was is None and now is not None:
         return f"mixer {after.name}: dense attention at this size ({now.reason}), not as written"
-    return (f"mixer {after.name}: no longer dense attention ({was.reason} as written; not at the "
-            f"{ctx_to}-token context)")
+    if was is not None and now is None:
+        return (f"mixer {after.name}: no longer dense attention ({was.reason} as written; not at the "
+                f"{ctx_to}-token context)")
+    return ""
 
 
 def apply_preset(program: nodes.Program, model: nodes.Model, preset: str, *, context: int | None = None,
@@ -287,10 +311,12 @@ def apply_preset(program: nodes.Program, model: nodes.Model, preset: str, *, con
     `keep_absolute`; PresetError if it cannot be resized."""
     if preset not in nodes.PRESET_SIZES:
         raise PresetError(f"unknown preset {preset!r}", hint=f"presets are {one_of(nodes.PRESETS)}")
-    sizes = {**nodes.PRESET_SIZES[preset], **({"context": context} if context is not None else {})}
+    sizes = _preset_sizes(preset)
+    if context is not None:
+        sizes["context"] = context
     layers, notes = preset_layers(model, preset)
     not_kept: list[str] = []
-    d_to, ctx_to = int(sizes["d_model"]), int(sizes["context"])
+    d_to, ctx_to = sizes["d_model"], sizes["context"]
     mixers = {}
     for name in dict.fromkeys(model.mixer):
         written = program.mixer(name)
@@ -337,7 +363,7 @@ def model_at(program: nodes.Program, name: str | None = None, preset: str | None
                 raise SeqError(NOTHING_DECLARED,
                                hint="declare a `mixer NAME { ... }` (see grammar/README.md)")
             mixer = own_mixers[-1].name
-            model = nodes.Model(name=f"{mixer}_110m", mixer=(mixer,), **nodes.PRESET_SIZES["110m"])
+            model = nodes.Model(name=f"{mixer}_110m", mixer=(mixer,), **_preset_sizes("110m"))
             preset = preset or "tiny"
     if preset is None:
         return Resized(program, model, (), source=model)
@@ -353,7 +379,7 @@ def preset_refusals(program: nodes.Program, model: nodes.Model) -> list[tuple[st
             head_layout(program.mixer(name), model.d_model)
     except (LayoutError, KeyError):
         return []
-    refusals = []
+    refusals: list[tuple[str, PresetError]] = []
     for preset in nodes.PRESETS:
         try:
             apply_preset(program, model, preset)
