@@ -1,19 +1,14 @@
 """The selection a generated kernel serves, typed: the support table (seqdsl/ir/support.py:
-`triton`) sends only keys with a selection here, and chunk kernels only chunked ones."""
+`triton`) sends only keys with a selection here, and chunk kernels only chunked ones. The
+accessors are the IR's (seqdsl/ir/key.py), which raise when the field is absent."""
 
 from __future__ import annotations
 
-from seqdsl.ir.key import KernelKey, SelectKey
+from seqdsl.ir import key as ir_key
+from seqdsl.ir.key import KernelKey
 
-
-def selection(key: KernelKey) -> SelectKey:
-    if key.select is None:
-        raise ValueError(f"the generated kernels serve selection keys only, not {key!r}")
-    return key.select
+selection = ir_key.selection
 
 
 def chunk_size(key: KernelKey) -> int:
-    chunk = selection(key).chunk
-    if chunk is None:
-        raise ValueError(f"a chunk kernel for an element selection: {key!r}")
-    return chunk
+    return ir_key.chunk_size(selection(key))
