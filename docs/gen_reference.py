@@ -132,7 +132,7 @@ def slots_table() -> str:
 # exactly what a user sees.
 ERROR_EXAMPLES = [
     "mixer attn {\n    weights = sofmax\n}\n",
-    "mixer attn {\n    visibility = window(256, 3)\n}\n",
+    "mixer attn {\n    visibility = window(256, 4, 3)\n}\n",
     "mixer attn {\n    head_dim = 32 * 2\n}\n",
     "mixr attn {\n    heads = 12\n}\n",
     "mixer attn {\n    visibility = window(256\n}\n",

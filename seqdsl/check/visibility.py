@@ -27,14 +27,19 @@ def finite_window(ctx: MixerContext):
     larger windows degrade less. A window at least as long as the context is full attention
     and passes.
 
+    Sink tokens (`window(w, sink=n)`) keep the first n tokens visible too, and that is all:
+    every token between the sinks and the window stays out of reach, so the verdict stands.
+
     Fix: use `visibility = full`, or a window no shorter than the context. To keep attention
     cheap, select instead of truncating: `select = top(1, over=chunk(128))` keeps every token
     reachable."""
     vis = ctx.mixer.visibility
     if isinstance(vis, nodes.Window) and vis.size < ctx.context:
+        seen = (f"the last {vis.size} tokens and the first {vis.sink}, at most "
+                f"{percent(vis.size + vis.sink, ctx.context)}" if vis.sink else
+                f"the last {vis.size} tokens, {percent(vis.size, ctx.context)}")
         yield Finding(
-            f"window({vis.size}) lets a token see the last {vis.size} tokens, "
-            f"{percent(vis.size, ctx.context)} of {ctx.ctx}; tokens further back cannot be "
+            f"window({vis.size}) lets a token see {seen} of {ctx.ctx}; tokens further back cannot be "
             f"selected in one step",
             ctx.span("visibility", "size"),
             "full-sequence visibility: any earlier token must be reachable in one mixing step",

@@ -93,7 +93,9 @@ class FlopCount:
 def _visible(key: KernelKey, i: int) -> int:
     """Keys query i (0-based) sees under the mixer's visibility."""
     if key.visibility == "window":
-        return min(i + 1, window_size(key))
+        window = window_size(key)
+        # and the sink tokens that have left the window: j < sink with j <= i - window
+        return min(i + 1, window) + max(0, min(key.sink, i - window + 1))
     if key.visibility == "chunk_local":
         return i % window_size(key) + 1
     return i + 1

@@ -97,6 +97,8 @@ class KernelKey:
     # day take the factor as an input instead).
     learned_scale: bool
     learned_temperature: bool
+    # softmax family: the first `sink` tokens stay visible besides the window (`window(w, sink=n)`)
+    sink: int = 0
 
     @property
     def decay_shape(self) -> Literal["none", "scalar", "vector", "selective"]:
@@ -223,6 +225,16 @@ def _feature(relation: nodes.Relation) -> nodes.FeatureMap:
             assert_never(relation)
 
 
+def _sink(visibility: nodes.Visibility) -> int:
+    match visibility:
+        case nodes.Window():
+            return visibility.sink
+        case nodes.Full() | nodes.ChunkLocal():
+            return 0
+        case _:
+            assert_never(visibility)
+
+
 def _window(visibility: nodes.Visibility) -> int | None:
     match visibility:
         case nodes.Full():
@@ -259,6 +271,7 @@ def kernel_key(mixer: nodes.Mixer, d_model: int, layout: HeadLayout | None = Non
         learned_scale=isinstance(rel, nodes.Dot) and isinstance(rel.scale, nodes.Learned),
         learned_temperature=(isinstance(mixer.weights, nodes.Softmax)
                              and isinstance(mixer.weights.temperature, nodes.Learned)),
+        sink=_sink(vis),
     )
 
 
@@ -304,5 +317,5 @@ def dense_at(key: KernelKey, context: int) -> Dense | None:
         limits.append((reach, why))
     if not limits or any(reach < context for reach, _ in limits):
         return None
-    plain = replace(key, family="softmax", visibility="full", window=None, select=None)
+    plain = replace(key, family="softmax", visibility="full", window=None, select=None, sink=0)
     return Dense(plain, min(reach for reach, _ in limits), "; ".join(why for _, why in limits))

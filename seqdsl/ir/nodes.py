@@ -168,11 +168,13 @@ class Full(Primitive):
 
 
 class Window(Primitive):
-    """Sliding window: token i sees tokens j with i - size < j <= i."""
+    """Sliding window: token i sees tokens j with i - size < j <= i, and with `sink = n` also the
+    first n tokens of the sequence, j < n (StreamingLLM's attention sinks: `window(256, sink=4)`)."""
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("size",)
     kind: Literal["window"] = "window"
     size: int = Field(gt=0, le=MAX_SIZE)
+    sink: int = Field(0, ge=0, le=MAX_SIZE)
 
 
 class ChunkLocal(Primitive):

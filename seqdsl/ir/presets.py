@@ -27,7 +27,8 @@ The rules (docs/lowering.md, "Presets"):
 - **Windows and chunks scale with the context.** `window(w)`, `chunk_local(c)` and selection's
   `chunk(c)` keep their ratio to the context (`window(256)` at 2048 is `window(32)` at 256),
   rounded to the nearest whole size (an inexact ratio is reported as not kept); with
-  `keep_absolute` they keep their size in tokens. `top(k)`'s k is a count and is kept. A mixer
+  `keep_absolute` they keep their size in tokens. `top(k)`'s k and a window's `sink` are counts
+  and are kept. A mixer
   that becomes dense attention at the new context, or stops being it (`seqdsl.ir.key.dense_at`:
   a window, chunk or top-k covering the context), is reported as not kept.
 - Every other slot (learned values, decays, conv widths included) is kept as written.

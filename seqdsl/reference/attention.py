@@ -10,7 +10,7 @@ Shape legend
 The math (docs/design.md §2, §4), numbered as in the code:
 
     (1) s_ij = (q_i . k_j) * scale  [- slope_h * (i - j)]  [+ bias_h,ij]
-    (2) visible(i, j) = j <= i  [and i - w < j]  [and j // c == i // c]
+    (2) visible(i, j) = j <= i  [and (i - w < j  [or j < sink])]  [and j // c == i // c]
     (3) w_ij = softmax_j(s_ij / temperature)          over visible j       ("softmax")
             = s_ij                                    on visible j, else 0 ("linear")
             = s_ij / sum_{visible l} s_il             on visible j, else 0 ("normalized_linear")
@@ -36,11 +36,12 @@ _NEG_INF = float("-inf")
 
 def visibility_mask(
     T: int, *, window: int | None = None, chunk_local: int | None = None, device=None,
-    offset: int = 0, keys: int | None = None,
+    offset: int = 0, keys: int | None = None, sink: int = 0,
 ) -> Tensor:
     """(T, L) bool: True where query i may see key j (step (2) of the module docstring), for
     queries at positions offset..offset+T-1 and keys 0..L-1 (L = keys, default T; decoding
-    with a cache asks for the last rows of the square mask)."""
+    with a cache asks for the last rows of the square mask). `sink`: the first `sink` tokens
+    stay visible to every later query whatever the window."""
     i = torch.arange(offset, offset + T, device=device)[:, None]
     j = torch.arange(T if keys is None else keys, device=device)[None, :]
     # (2a) causal: a query never sees a later token; it always sees itself, so no row is empty.
@@ -50,6 +51,13 @@ def visibility_mask(
         if window <= 0:
             raise ValueError(f"window must be positive, got {window}")
         mask = mask & (j > i - window)
+    # (2b') attention sinks: the first `sink` tokens, causally, besides the window.
+    if sink < 0:
+        raise ValueError(f"sink must be non-negative, got {sink}")
+    if sink:
+        if window is None:
+            raise ValueError("sink tokens are defined with a window (under full visibility every token is visible)")
+        mask = mask | ((j < sink) & (j <= i))
     # (2c) chunk-local: only keys of the query's own chunk of `chunk_local` tokens.
     if chunk_local is not None:
         if chunk_local <= 0:
@@ -132,6 +140,7 @@ def attention_ref(
     chunk_local: int | None = None,
     alibi_slopes: Tensor | None = None,
     bias: Tensor | None = None,
+    sink: int = 0,
 ) -> Tensor:
     """(B, T, H, Dv) causal attention with the given weights; see the module docstring.
 
@@ -145,7 +154,7 @@ def attention_ref(
         raise ValueError(f"temperature applies to softmax weights only, not {weights!r}")
     T = q.shape[1]
     s = attention_scores(q, k, scale=scale, alibi_slopes=alibi_slopes, bias=bias)
-    visible = visibility_mask(T, window=window, chunk_local=chunk_local, device=q.device)
+    visible = visibility_mask(T, window=window, chunk_local=chunk_local, device=q.device, sink=sink)
 
     # (3) scores -> mixing weights. Invisible keys get weight exactly 0: -inf before the softmax,
     # 0 for the linear kinds (multiplying by the mask would turn an inf score into nan).

@@ -131,7 +131,7 @@ def softmax_expected(key, measured: Flops) -> tuple[Flops, Flops]:
     its visibility mask keeps; `dense` charges every query as the last one."""
     window = key.window if key.visibility == "window" else None
     chunk_local = key.window if key.visibility == "chunk_local" else None
-    mask = visibility_mask(T, window=window, chunk_local=chunk_local)
+    mask = visibility_mask(T, window=window, chunk_local=chunk_local, sink=key.sink)
     per_pair = Flops(measured.forward / T ** 2, measured.backward / T ** 2)
     return per_pair.scaled(mask.sum().item() / T), per_pair.scaled(mask[-1].sum().item())
 

@@ -47,7 +47,9 @@ def _literal_values(annotation) -> list:
 
 
 def _variants(cls: type[nodes.Primitive]) -> list[nodes.Primitive]:
-    """The class with its defaults, then once per other value of each Literal parameter."""
+    """The class with its defaults, then once per other value of each Literal parameter, and
+    once with each optional whole-number parameter moved off its default (a window's sink,
+    top's k)."""
     # a required size gets a small value that bites at the test's length
     base = cls(**{name: 4 for name, f in cls.model_fields.items() if f.is_required()})
     out = [base]
@@ -57,6 +59,8 @@ def _variants(cls: type[nodes.Primitive]) -> list[nodes.Primitive]:
         for value in _literal_values(field.annotation):
             if value != getattr(base, name) and value != "auto":
                 out.append(base.model_copy(update={name: value}))
+        if field.annotation is int and not field.is_required():
+            out.append(cls.model_validate({**base.model_dump(), name: field.default + 2}))
     for name, field in cls.model_fields.items():  # nested primitives (top's `over`)
         for member in _union_members(field.annotation):
             if not isinstance(getattr(base, name), member):

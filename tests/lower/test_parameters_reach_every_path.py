@@ -267,6 +267,8 @@ CASES: dict[str, tuple[Case, ...]] = {
     "visibility": cases([SOFTMAX], [nodes.Window(size=4), nodes.ChunkLocal(size=4)])
     + cases([ELEMENT2], [nodes.Window(size=4)]),
     "visibility=window.size": cases(on(SOFTMAX, ELEMENT2, visibility=nodes.Window(size=4)), [9]),
+    # (sinks under selection are a conflict: checked in tests/ir/test_exhaustive.py)
+    "visibility=window.sink": cases(on(SOFTMAX, visibility=nodes.Window(size=4)), [2]),
     "visibility=chunk_local.size": cases(on(SOFTMAX, visibility=nodes.ChunkLocal(size=4)), [8]),
     # weights; the temperature divides the whole score, biases included (ALiBi, decay, positional)
     "weights": cases([SOFTMAX], [nodes.Linear()]) + cases([ELU_LINEAR], [nodes.NormalizedLinear()]),
@@ -562,7 +564,7 @@ def test_every_path_follows_a_parameter(stand_ins, param, host, value, watch):
 
 EVERYTHING_SET = """
 mixer softmax_window { heads = 2  head_dim = 16  key_dim = 32  kv_groups = 1  position = rope(base = 100.0)
-    relation = dot(scale = 0.3, qk_norm = true)  visibility = window(9)  weights = softmax(temperature = 0.5)
+    relation = dot(scale = 0.3, qk_norm = true)  visibility = window(9, sink = 2)  weights = softmax(temperature = 0.5)
     decay = constant(gamma = 0.8)  conv = causal(3)  norm = rmsnorm  gate = swish }
 mixer softmax_alibi { expand = 2  head_dim = 16  qk_groups = 2  position = alibi
     relation = dot(scale = learned(0.5))  visibility = chunk_local(8)  weights = softmax(temperature = 2.0)

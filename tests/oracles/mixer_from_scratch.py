@@ -175,7 +175,8 @@ def softmax_scores(spec: nodes.Mixer, w: dict, q: Tensor, k: Tensor, x: Tensor, 
     visible = j <= i
     vis = spec.visibility
     if isinstance(vis, nodes.Window):
-        visible = visible & (i - j < vis.size)
+        # within the window, or one of the first `sink` tokens (always kept, StreamingLLM)
+        visible = visible & ((i - j < vis.size) | (j < vis.sink))
     elif isinstance(vis, nodes.ChunkLocal):
         visible = visible & (i // vis.size == j // vis.size)
     return s, visible

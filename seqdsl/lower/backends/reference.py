@@ -85,7 +85,7 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
         chunk_local = key.window if key.visibility == "chunk_local" else None
         out = attn_ref.attention_ref(q, k, v, scale=key.scale, temperature=key.temperature,
                                      window=window, chunk_local=chunk_local, alibi_slopes=m.alibi,
-                                     bias=bias)
+                                     bias=bias, sink=key.sink)
     return out[:, L - T:]
 
 

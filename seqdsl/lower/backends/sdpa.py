@@ -75,7 +75,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs, op: str) -> Tensor:
     visible = attn_ref.visibility_mask(
         T, window=key.window if key.visibility == "window" else None,
         chunk_local=key.window if key.visibility == "chunk_local" else None,
-        device=q.device, offset=m.pos, keys=L)
+        device=q.device, offset=m.pos, keys=L, sink=key.sink)
     bias = None
     # biases in float32 at least (bf16 distances lose whole positions), float64 stays float64
     if m.alibi is not None:
