@@ -189,6 +189,11 @@ MUTANTS = (
     Mutant('taylor_conflict_dropped', 'taylor features with a per-channel decay no longer refused',
            'seqdsl/ir/conflicts.py', 'if not softmax and feature in WIDENING_FEATURES and per_key_channel:',
            'if False:', tests=('tests/ir',)),
+    Mutant('sdpa_mask_drops_sink', "window(w, sink=n): the SDPA mask forgets the sink tokens",
+           'seqdsl/lower/backends/sdpa.py', 'keys=L, sink=key.sink)', 'keys=L)', tests=('tests/lower',)),
+    Mutant('flops_sink_uncounted', "window(w, sink=n): FLOPs count the window only",
+           'seqdsl/ir/flops.py', 'return min(i + 1, window) + max(0, min(key.sink, i - window + 1))',
+           'return min(i + 1, window)', tests=('tests/eval/test_flops_measured.py',)),
 )
 
 
