@@ -1,0 +1,106 @@
+"""benchmarks/bench_topk.py --smoke --check on the CPU: the check proves the FlexAttention block
+mask (both mask encodings, the tile lists) and fla's block indices encode seqdsl's top-k chunk
+selection, against seqdsl's reference; the JSON has every case with its SDPA baseline. The timings
+mean nothing here. Two more tests break the selection and the tiles on purpose: the check fails."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_topk.py"
+
+
+def _script():
+    """benchmarks/bench_topk.py as a module (registered: its dataclass resolves its module)."""
+    spec = importlib.util.spec_from_file_location("bench_topk", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
+    bench = _script()
+    assert bench.main(["--smoke", "--check", "--out", str(tmp_path)]) == 0
+    result = json.loads(next(tmp_path.glob("bench_topk_smoke_*.json")).read_text())
+    assert result["partial"] is False
+
+    check = result["check"]
+    flex = [c for c in check if c["check"] == "flex"]
+    # every case (and local = false) in both encodings, output and encoded tiles vs the reference
+    assert {(c["case"], c["encoding"]) for c in flex} == \
+        {(case, enc) for case in [*bench.CASES, "moba_k3_c128_nonlocal"] for enc in ("bits", "indices")}
+    for c in flex:
+        assert c["ok"] is True, c
+        assert c["err_o"] <= c["tol"] and c["err_blocks"] <= c["tol"], c
+        assert c["tiles_full"] > 0  # full tiles exist, so the blocks check covers them
+    fla = [c for c in check if c["check"] == "fla"]
+    assert len(fla) == 1 and fla[0]["ok"] is True, fla  # the interpreter runs fla's kernels here
+    assert all(fla[0][f"err_{n}"] <= fla[0]["tol"] for n in ("o", "dq", "dk", "dv"))
+
+    rows = result["rows"]
+    for case in bench.CASES:
+        sdpa = [r for r in rows if r["case"] == case and r["column"] == "sdpa_cudnn"]
+        assert len(sdpa) == 1 and sdpa[0]["fwd_ms"] > 0 and sdpa[0]["fwdbwd_ms"] > 0, sdpa
+        flex_row = next(r for r in rows if r["case"] == case and r["column"] == "flex")
+        assert flex_row["fwd_ms"] > 0 and flex_row["fwd_x_sdpa"] > 0
+        assert "backward" in flex_row["fwdbwd_skip"]  # FlexAttention has no CPU backward: said so
+        # every column either ran or says why, per pass
+        for r in (r for r in rows if r["case"] == case):
+            for p in ("fwd", "fwdbwd"):
+                assert f"{p}_ms" in r or r.get("skip") or r.get(f"{p}_skip"), r
+    generated = [r for r in rows if r["column"] == "generated"]
+    assert generated and all("k = 1" in r["skip"] for r in generated)
+    nsa_fla = next(r for r in rows if r["case"] == "nsa_k16_c64" and r["column"] == "fla_nsa")
+    assert "power of two >= 16" in nsa_fla["skip"]  # the smoke's 2 heads: not a GQA shape fla takes
+
+    table = next(tmp_path.glob("bench_topk_smoke_*.md")).read_text()
+    assert "| T | D |" in table and "Published, quoted, NOT measured" in table and "skipped [" in table
+
+
+def _check_one(bench, monkeypatch, **patches):
+    """The check's rows for moba_k8_c64 (and its local = false variant) with `patches` applied."""
+    import torch
+
+    for name, fn in patches.items():
+        monkeypatch.setattr(bench, name, fn)
+    return bench.run_check([bench.CASES["moba_k8_c64"]], torch.device("cpu"), bench.parse_args(["--smoke"]))
+
+
+@pytest.mark.slow
+def test_the_check_fails_when_the_selection_drops_a_chunk(monkeypatch):
+    """One selected chunk fewer (an off-by-one in k): the Flex output and the encoded mask both
+    differ from the reference, in every encoding."""
+    bench = _script()
+    real = bench.select_chunks
+
+    def one_fewer(*args, **kwargs):
+        idx = real(*args, **kwargs)
+        idx[..., -1] = -1
+        return idx
+
+    rows = _check_one(bench, monkeypatch, select_chunks=one_fewer)
+    assert rows and all(r["ok"] is False for r in rows), rows
+    assert all(r["err_o"] > 1e-3 and r["err_blocks"] > 1e-3 for r in rows)
+
+
+@pytest.mark.slow
+def test_the_check_fails_when_the_full_tiles_are_lost(monkeypatch):
+    """Tile lists without the full tiles: eager flex_attention (which ignores the tiles) still
+    agrees, the encoded-mask check (what the compiled kernel reads) does not."""
+    bench = _script()
+    real = bench.block_tiles
+
+    def no_full(*args, **kwargs):
+        partial, full = real(*args, **kwargs)
+        return partial, full & False
+
+    rows = _check_one(bench, monkeypatch, block_tiles=no_full)
+    assert rows and all(r["ok"] is False for r in rows), rows
+    assert all(r["err_o"] <= r["tol"] < r["err_blocks"] for r in rows)
