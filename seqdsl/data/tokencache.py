@@ -17,7 +17,9 @@ domain each file feeds; or the builtin corpus's digest), of the tokenizer file's
 fields read, of the held-out fraction and of this format's version: moving or renaming files
 keeps the cache, editing one byte rebuilds it. A cache is written into a temporary folder and renamed into place when
 complete, so a killed build leaves no cache, only a temporary folder that the next build
-removes. On open every file's size and SHA-256 is checked against meta.json: a damaged or stale
+removes. On open every file's size is checked against meta.json, and its SHA-256 too unless the
+file is unchanged (same size and modification time, `verified.json`) since a full check passed:
+hashing a large corpus's cache on every start would cost seconds to minutes. A damaged or stale
 cache is reported in one line and rebuilt, never used.
 
 `CachedSequences` packs training sequences out of a cache with exactly the meaning of
@@ -32,6 +34,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,6 +51,7 @@ from seqdsl.errors import SeqError
 FORMAT = 2
 ENCODE_BATCH = 2048  # pieces per `encode_batch` call: big enough to keep every core busy
 _FILES = ("tokens.bin", "docs.npy")
+_VERIFIED = "verified.json"  # each file's [size, mtime_ns] when its SHA-256 last matched meta.json
 
 
 def cache_key(content: list[str], tokenizer_digest: str, domains: list[str], heldout: float) -> str:
@@ -91,9 +95,35 @@ def _verify(path: Path, key: str) -> tuple[dict | None, str]:
         file = path / name
         if not file.is_file() or file.stat().st_size != meta["sizes"][name]:
             return None, f"{name} is missing or has the wrong size"
-        if file_sha256(file) != meta["sha256"][name]:
+    stamps = {name: [(path / name).stat().st_size, (path / name).stat().st_mtime_ns] for name in _FILES}
+    try:
+        if json.loads((path / _VERIFIED).read_text()) == stamps:
+            return meta, ""  # unchanged since its checksums last matched
+    except (OSError, ValueError):
+        pass
+    for name in _FILES:
+        if file_sha256(path / name) != meta["sha256"][name]:
             return None, f"{name} does not match its checksum"
+    _write_stamps(path, stamps)
     return meta, ""
+
+
+# A file written within this many seconds of the check is not stamped: file times are coarser
+# than their nanosecond field (a kernel clock tick), so a rewrite in the same tick as the write
+# the check saw would keep its stamp; after the margin, any later write shows ("racy git").
+_STAMP_MARGIN_NS = 2_000_000_000
+
+
+def _write_stamps(path: Path, stamps: dict) -> None:
+    """Record a passed full check (atomically; a read-only cache is simply checked every time)."""
+    if any(mtime > time.time_ns() - _STAMP_MARGIN_NS for _, mtime in stamps.values()):
+        return  # too fresh to trust its time: the next open checks it again
+    try:
+        with tempfile.NamedTemporaryFile("w", dir=path, prefix=".verified-", delete=False) as f:
+            json.dump(stamps, f)
+        os.replace(f.name, path / _VERIFIED)
+    except OSError:
+        pass
 
 
 def _open(path: Path, meta: dict) -> TokenCache:

@@ -5,6 +5,7 @@ not paths; a damaged, stale or half-built cache is detected and rebuilt, never u
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +146,40 @@ def test_a_killed_build_leaves_no_cache(tmp_path, shard_source, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         _cache(tmp_path, shard_source)
     assert not [p for p in (tmp_path / "cache").iterdir()], "nothing half-built may stay"
+
+
+def test_an_unchanged_cache_is_hashed_once_and_a_rewrite_is_still_caught(tmp_path, shard_source, monkeypatch):
+    """Opening a cache re-hashes its files only when they changed since a full check passed
+    (size or modification time), so a large corpus does not pay a full read per start; a cache
+    written moments ago is not trusted by its times (they are coarser than they look)."""
+    import os
+
+    import seqdsl.data.tokencache as tc
+
+    good = _cache(tmp_path, shard_source)
+    old = time.time_ns() - 10**10  # as if built ten seconds ago
+    for name in tc._FILES:
+        os.utime(good.path / name, ns=(old, old))
+    hashed: list[str] = []
+    real = tc.file_sha256
+    monkeypatch.setattr(tc, "file_sha256", lambda p: hashed.append(p.name) or real(p))
+    _cache(tmp_path, shard_source)
+    assert sorted(hashed) == sorted(tc._FILES)  # the first open checks and stamps
+    hashed.clear()
+    _cache(tmp_path, shard_source)
+    assert hashed == []  # unchanged: trusted
+    tokens = good.path / "tokens.bin"
+    raw = bytearray(tokens.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    tokens.write_bytes(bytes(raw))  # a new modification time
+    messages: list[str] = []
+    _cache(tmp_path, shard_source, messages=messages)
+    assert any("does not match its checksum" in m for m in messages), messages
+
+
+def test_a_freshly_written_cache_is_not_stamped(tmp_path, shard_source):
+    import seqdsl.data.tokencache as tc
+
+    good = _cache(tmp_path, shard_source)
+    _cache(tmp_path, shard_source)
+    assert not (good.path / tc._VERIFIED).exists()

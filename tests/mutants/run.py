@@ -113,8 +113,11 @@ MUTANTS = (
            '    if flagged and False:\n', tests=EVAL),
     # the token cache and CUDA-graph gradients (issue 22)
     Mutant("tokencache_no_checksum", "a cache whose bytes changed is used without rebuilding",
-           "seqdsl/data/tokencache.py", "if file_sha256(file) != meta[\"sha256\"][name]:", "if False:",
+           "seqdsl/data/tokencache.py", "if file_sha256(path / name) != meta[\"sha256\"][name]:", "if False:",
            tests=("tests/data",)),
+    Mutant("tokencache_stamps_trust_fresh_files", "a cache rewritten within a clock tick of its check is trusted",
+           "seqdsl/data/tokencache.py", "if any(mtime > time.time_ns() - _STAMP_MARGIN_NS for _, mtime in stamps.values()):",
+           "if False:", tests=("tests/data",)),
     Mutant("cuda_graph_grads_not_allocated", "with CUDA graphs, a backward output is installed as .grad",
            "seqdsl/train/step.py", "            p.grad = torch.zeros_like(p)\n", "            pass\n",
            tests=("tests/train/test_step.py",)),
