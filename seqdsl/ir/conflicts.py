@@ -113,10 +113,6 @@ def conflicts(m: nodes.Mixer) -> list[Conflict]:
         out.append(Conflict(
             "chunk selection with ALiBi is not supported: chunk scores have no single distance",
             ("position",), "`position = rope` or `none`"))
-    if top and isinstance(m.visibility, nodes.Window) and m.visibility.sink:
-        out.append(Conflict(
-            "sink tokens with top-k selection are not supported yet: the selection's reference "
-            "and kernels take a plain window", ("visibility",), "`window(n)` without `sink`"))
     if top and not isinstance(m.decay, nodes.NoDecay):
         out.append(Conflict(
             "top-k selection with a decay is not supported", ("decay",), "`decay = none`"))

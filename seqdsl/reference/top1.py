@@ -6,7 +6,8 @@ Shape legend
     scores, weights, masks (B, H, T, T) [..., i, j];   chunk scores, chunk masks (B, H, T, C)
 
 Notation: s_ij the scaled, causal scores of `attention.attention_scores`; tau the temperature;
-sg(x) = x.detach() (stop-gradient); "visible" = j <= i (and inside the window, if any).
+sg(x) = x.detach() (stop-gradient); "visible" = j <= i (and inside the window or among its sink
+tokens, if any).
 These definitions are the spec semantics the generated Triton kernels must match.
 
 Element selection, `topk_element_ref`
@@ -104,6 +105,7 @@ def topk_element_ref(
     grad: Literal["ste", "none"] = "ste",
     value_grad: Literal["hard", "soft"] = "hard",
     window: int | None = None,
+    sink: int = 0,
     alibi_slopes: Tensor | None = None,
 ) -> Tensor:
     """(B, T, H, Dv) Top-k element selection; gradients as defined in the module docstring."""
@@ -112,7 +114,7 @@ def topk_element_ref(
         raise ValueError(f"temperature must be positive, got {temperature}")
     T = q.shape[1]
     s = attention_scores(q, k, scale=scale, alibi_slopes=alibi_slopes)
-    visible = visibility_mask(T, window=window, device=q.device)
+    visible = visibility_mask(T, window=window, device=q.device, sink=sink)
     z = (s / temperature).masked_fill(~visible, _NEG_INF)
 
     # (1) the selected set S_i (no gradient).

@@ -267,8 +267,7 @@ CASES: dict[str, tuple[Case, ...]] = {
     "visibility": cases([SOFTMAX], [nodes.Window(size=4), nodes.ChunkLocal(size=4)])
     + cases([ELEMENT2], [nodes.Window(size=4)]),
     "visibility=window.size": cases(on(SOFTMAX, ELEMENT2, visibility=nodes.Window(size=4)), [9]),
-    # (sinks under selection are a conflict: checked in tests/ir/test_exhaustive.py)
-    "visibility=window.sink": cases(on(SOFTMAX, visibility=nodes.Window(size=4)), [2]),
+    "visibility=window.sink": cases(on(SOFTMAX, ELEMENT2, visibility=nodes.Window(size=4)), [2]),
     "visibility=chunk_local.size": cases(on(SOFTMAX, visibility=nodes.ChunkLocal(size=4)), [8]),
     # weights; the temperature divides the whole score, biases included (ALiBi, decay, positional)
     "weights": cases([SOFTMAX], [nodes.Linear()]) + cases([ELU_LINEAR], [nodes.NormalizedLinear()]),
@@ -574,7 +573,7 @@ mixer softmax_random_keys { heads = 2  head_dim = 16  kv_groups = 1  relation = 
     weights = softmax(temperature = learned(0.5))  conv = causal(2) }
 mixer top1_element { heads = 2  head_dim = 32  position = rope(base = 100.0)  relation = dot(scale = 0.3, qk_norm = true)
     weights = softmax(temperature = learned(0.5))  select = top(1, value_grad = soft)  conv = causal(2) }
-mixer topk_element_window { heads = 2  head_dim = 16  kv_groups = 1  position = alibi  visibility = window(9)
+mixer topk_element_window { heads = 2  head_dim = 16  kv_groups = 1  position = alibi  visibility = window(9, sink = 2)
     weights = softmax(temperature = 0.5)  select = top(3, grad = none) }
 mixer top1_chunk { heads = 2  head_dim = 16  relation = dot(scale = learned(2.0))
     weights = softmax(temperature = 0.5)  select = top(1, over = chunk(16), score = mean, local = false, grad = none) }

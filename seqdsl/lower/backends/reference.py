@@ -75,7 +75,8 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     if sel is not None and sel.over == "element":
         out = top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k,
                                         temperature=key.temperature, grad=sel.grad,
-                                        value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi)
+                                        value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi,
+                                        sink=key.sink)
     elif sel is not None:
         assert sel.chunk is not None, "a chunk selection's key has its chunk size"
         out = top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
