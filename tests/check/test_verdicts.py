@@ -31,6 +31,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "temperature_0_5": ("pass", set()),
     "top1_element": ("pass", set()),
     "top1_chunk_exact": ("pass", set()),
+    "top1_chunk_exact_gqa": ("pass", set()),
     "top1_chunk_exact_no_local": ("pass", set()),
     "top1_chunk_exact_no_grad": ("pass", {"R004"}),  # info: q, k learn inside the chunks
     "rwkv7_top1_chunk_exact": ("pass", {"M002"}),  # info: the paper's transplant

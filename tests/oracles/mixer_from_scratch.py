@@ -40,6 +40,12 @@ def layout(spec: nodes.Mixer, d_model: int) -> tuple[int, int, int, int]:
     return H, G, Dk, Dv
 
 
+def kv_heads(spec: nodes.Mixer, H: int) -> int:
+    """K: value projections (and key projections, unless queries and keys are grouped), each
+    serving H / K consecutive heads (grouped-query attention)."""
+    return H if spec.kv_groups == "auto" else spec.kv_groups
+
+
 def linear(x: Tensor, w: dict, name: str) -> Tensor:
     out = x @ w[f"{name}.weight"].T
     bias = w.get(f"{name}.bias")
@@ -110,10 +116,14 @@ def projections(spec: nodes.Mixer, w: dict, x: Tensor, d_model: int):
     if isinstance(spec.conv, nodes.CausalConv):
         widths = [p.shape[-1] for p in parts]
         parts = list(causal_conv_silu(torch.cat(parts, -1), w["conv_weight"]).split(widths, -1))
-    v = parts.pop().reshape(B, T, H, Dv)
-    heads = lambda u: u.reshape(B, T, G, 1, Dk).expand(B, T, G, H // G, Dk).reshape(B, T, H, Dk)
-    q = heads(parts.pop(0)) if uses_q else x.new_zeros(B, T, H, Dk)
-    k = heads(parts.pop(0)) if uses_k else None
+    K = kv_heads(spec, H)
+
+    def heads(u: Tensor, n: int, d: int) -> Tensor:  # n projections -> one per head (n | H)
+        return u.reshape(B, T, n, 1, d).expand(B, T, n, H // n, d).reshape(B, T, H, d)
+
+    v = heads(parts.pop(), K, Dv)
+    q = heads(parts.pop(0), G, Dk) if uses_q else x.new_zeros(B, T, H, Dk)
+    k = heads(parts.pop(0), min(G, K), Dk) if uses_k else None
     return q, k, v
 
 
