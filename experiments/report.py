@@ -331,6 +331,60 @@ def plot(records: list[Record], path: Path) -> None:
     plt.close(fig)
 
 
+GAP_PLOT = REPO / "docs" / "results" / "verdict_vs_gap.png"
+VERDICT_COLORS = {"pass": "tab:green", "degraded": "tab:orange", "fail": "tab:red"}
+
+
+def gap_plot(facts: list[tuple], path: Path, span: float = 0.3) -> None:
+    """One row per spec: its mean OOD gap (dot, coloured by its verdict) and the seed spread
+    around zero (grey bar): a dot outside the bar is a gap; hollow dots are compared at equal
+    steps (no matched training loss). Gaps past +-span are drawn at the edge with their value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = sorted(facts, key=lambda f: f[4].ood_gap)
+    fig, ax = plt.subplots(figsize=(8.5, 0.42 * len(rows) + 1.6))
+    for y, (_, verdict, _, agree, gap) in enumerate(rows):
+        ax.barh(y, 2 * gap.ood_spread, left=-gap.ood_spread, height=0.6, color="0.85", zorder=1)
+        x = max(-span, min(span, gap.ood_gap))
+        matched = gap.level is not None
+        ax.scatter([x], [y], s=60, zorder=3, color=VERDICT_COLORS[verdict] if matched else "white",
+                   edgecolors=VERDICT_COLORS[verdict], linewidths=1.8)
+        if x != gap.ood_gap:
+            ax.annotate(f"{gap.ood_gap:+.2f}", (x, y), xytext=(-6 if x > 0 else 6, 0), textcoords="offset points",
+                        ha="right" if x > 0 else "left", va="center", fontsize=8)
+        if agree != "yes":
+            ax.annotate("disagrees", (span, y), xytext=(4, 0), textcoords="offset points", va="center",
+                        fontsize=8, color="0.35", annotation_clip=False)
+    ax.axvline(0, color="0.4", lw=0.8)
+    ax.set_yticks(range(len(rows)), [f[0] for f in rows])
+    ax.set_xlim(-span, span)
+    ax.set_xlabel("mean OOD loss minus Transformer++'s at matched training loss (nats/token)")
+    handles = [plt.Line2D([], [], marker="o", ls="", color=c, label=f"`seqdsl check`: {v}")
+               for v, c in VERDICT_COLORS.items()]
+    handles += [plt.Line2D([], [], marker="o", ls="", markerfacecolor="white", markeredgecolor="0.3",
+                           label="no matched loss: equal steps"),
+                plt.Rectangle((0, 0), 1, 1, color="0.85", label="seed spread")]
+    ax.grid(axis="x", alpha=0.3)
+    fig.legend(handles=handles, loc="lower center", ncol=3, fontsize=8)
+    fig.tight_layout(rect=(0, 0.9 / (0.42 * len(rows) + 1.6), 1, 1))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def verdict_facts(records: list[Record]) -> tuple[list[str], list[tuple]]:
+    """The verdict table and its facts (spec, verdict, measured, agrees, gap) of the
+    limited-domain runs."""
+    limited = [r for r in records if r.setting == "limited"]
+    seeds = [r for r in limited if r.spec == BASELINE]
+    if not seeds:
+        raise SystemExit("error: no limited-domain Transformer++ run: nothing to measure gaps against")
+    return verdict_table(sorted(limited, key=lambda r: (r.spec, r.seed)), seeds)
+
+
 # ---------------------------------------------------------------- the page
 
 # What arXiv 2505.18522 reports for each spec at matched training loss (docs/design.md §2).
@@ -394,9 +448,7 @@ def not_run(records: list[Record]) -> list[str]:
 def page(records: list[Record]) -> str:
     limited = [r for r in records if r.setting == "limited"]
     seeds = [r for r in limited if r.spec == BASELINE]
-    if not seeds:
-        raise SystemExit("error: no limited-domain Transformer++ run: nothing to measure gaps against")
-    table, facts = verdict_table(sorted(limited, key=lambda r: (r.spec, r.seed)), seeds)
+    table, facts = verdict_facts(records)
     command = records[0].study["attempts"][-1]["command"]
     out = [
         "# The paper's experiment, run with seqdsl",
@@ -437,6 +489,8 @@ def page(records: list[Record]) -> str:
         *table,
         "",
         *statement(facts),
+        "",
+        f"![verdicts against measured gaps]({GAP_PLOT.relative_to(PAGE.parent).as_posix()})",
         "",
         *seeds_sections(limited),
         "",
@@ -526,7 +580,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if same else 1
     PAGE.write_text(text)
     plot(records, PLOT)
-    print(f"wrote {PAGE.relative_to(REPO)} and {PLOT.relative_to(REPO)} from {len(records)} runs")
+    gap_plot(verdict_facts(records)[1], GAP_PLOT)
+    print(f"wrote {PAGE.relative_to(REPO)}, {PLOT.relative_to(REPO)} and {GAP_PLOT.relative_to(REPO)} "
+          f"from {len(records)} runs")
     return 0
 
 
