@@ -30,7 +30,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.kernels.selection import chunk_size, selection
+from seqdsl.ir.key import chunk_size, selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
@@ -43,13 +43,13 @@ def _block_c() -> int:
 
 
 def _block_m(key: KernelKey, cfg: dict) -> int:
-    return min(cfg["BLOCK_M"], chunk_size(key))  # divides the chunk: one chunk per program
+    return min(cfg["BLOCK_M"], chunk_size(selection(key)))  # divides the chunk: one chunk per program
 
 
 def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
     """(B, N_full, H, Dk) float32: the mean key of each complete chunk (Approx's chunk score)."""
     B, T, H, Dk = k.shape
-    C = chunk_size(key)
+    C = chunk_size(selection(key))
     full = T // C
     if full == 0:
         return torch.zeros(B, 1, H, Dk, dtype=torch.float32, device=k.device)  # never read
@@ -87,7 +87,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     mod = load(key)
     B, T, H, _ = q.shape
     Dv = v.shape[-1]
-    C = chunk_size(key)
+    C = chunk_size(selection(key))
     n_chunks = triton_cdiv(T, C)
     kbar = kbar_for(key, k)
     sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
@@ -116,7 +116,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     mod = load(key)
     name = key.slug()
     B, T, H, Dk = q.shape
-    C = chunk_size(key)
+    C = chunk_size(selection(key))
     n_chunks = triton_cdiv(T, C)
     full = T // C
     ste = selection(key).grad == "ste"

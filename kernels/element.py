@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.kernels.selection import selection
+from seqdsl.ir.key import selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 

@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.kernels.selection import chunk_size, selection
+from seqdsl.ir.key import chunk_size, selection
 from seqdsl.kernels import chunk, element
 
 
@@ -94,7 +94,7 @@ _CHUNK_SAVED = ("sel", "lsec", "gate", "gw", "lse", "perm", "starts", "kbar")
 def _chunk_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     ste = selection(key).grad == "ste"
-    C = chunk_size(key)
+    C = chunk_size(selection(key))
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
-from seqdsl.kernels.selection import chunk_size, selection
+from seqdsl.ir.key import chunk_size, selection
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
@@ -112,7 +112,7 @@ def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     if sel.over == "element":
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
                                          grad=sel.grad, value_grad=sel.value_grad)
-    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(key), scale=key.scale, k_top=sel.k,
+    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(selection(key)), scale=key.scale, k_top=sel.k,
                                    temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
 
 
@@ -137,7 +137,7 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     gradient, random inputs over a few chunks with a partial last one); else (False, why). The
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
     sel = selection(key)
-    T = 2 * chunk_size(key) + 5 if sel.over == "chunk" else 77
+    T = 2 * chunk_size(selection(key)) + 5 if sel.over == "chunk" else 77
     draw = selfcheck.Draws(device)
     q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
     return selfcheck.self_check(

@@ -91,11 +91,15 @@ def _verify(path: Path, key: str) -> tuple[dict | None, str]:
         return None, "its meta.json is missing or unreadable"
     if meta.get("key") != key or meta.get("format") != FORMAT:
         return None, "it was built for other data, tokenizer or format"
+    stamps = {}  # each file's [size, mtime_ns], from one stat
     for name in _FILES:
-        file = path / name
-        if not file.is_file() or file.stat().st_size != meta["sizes"][name]:
+        try:
+            st = (path / name).stat()
+        except OSError:
             return None, f"{name} is missing or has the wrong size"
-    stamps = {name: [(path / name).stat().st_size, (path / name).stat().st_mtime_ns] for name in _FILES}
+        if st.st_size != meta["sizes"][name]:
+            return None, f"{name} is missing or has the wrong size"
+        stamps[name] = [st.st_size, st.st_mtime_ns]
     try:
         if json.loads((path / _VERIFIED).read_text()) == stamps:
             return meta, ""  # unchanged since its checksums last matched

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from seqdsl.ir.key import KernelKey
+from seqdsl.ir.key import KernelKey, chunk_size
 
 
 @dataclass(frozen=True)
@@ -152,9 +152,9 @@ def triton(key: KernelKey) -> Support:
     if key.visibility != "full":
         return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
                              "(reference only)", ("visibility",), "`visibility = full`")
-    if sel.over == "chunk" and sel.chunk is not None:
-        if chunk_tiling(sel.chunk):
-            return _no("triton", chunk_tiling(sel.chunk), ("select", "over", "size"),
+    if sel.over == "chunk":
+        if chunk_tiling(chunk_size(sel)):
+            return _no("triton", chunk_tiling(chunk_size(sel)), ("select", "over", "size"),
                        "a power of two from 16 to 128, e.g. 128", tiling=True)
         if sel.score == "lse":
             return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),

@@ -38,7 +38,7 @@ import torch
 import torch.distributed as dist
 
 from seqdsl.errors import SeqError, SeqFileError
-from seqdsl.run.digest import file_sha256
+from seqdsl.data.shards import file_sha256
 
 LATEST = "latest"
 TMP_PREFIX = ".tmp-"

@@ -6,6 +6,7 @@ import hashlib
 import json
 from pathlib import Path
 
+from seqdsl.data.shards import file_sha256
 from seqdsl.data.tokenizer import BYTES
 from seqdsl.errors import SeqFileError
 
@@ -37,11 +38,3 @@ def tokenizer_identity(name: str) -> str:
         return "sha256:" + file_sha256(Path(name))
     except OSError as err:
         raise SeqFileError(f"cannot read tokenizer {name}: {err.strerror or err}") from None
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

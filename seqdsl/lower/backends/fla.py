@@ -65,8 +65,8 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
     again in the output and the final state."""
     if q.dtype in (torch.float16, torch.bfloat16) and v.shape[-1] % 2:
         pad = lambda t, dim: torch.cat([t, t.new_zeros(*t.shape[:dim], 1, *t.shape[dim + 1:])], dim)
-        out, state = _call(op, q, k, pad(v, 3), log_decay, beta, bonus, a, kappa,
-                           pad(S, 3) if S is not None else None)
+        out, state = _call_even(op, q, k, pad(v, 3), log_decay, beta, bonus, a, kappa,
+                                pad(S, 3) if S is not None else None)
         return out[..., :-1], state[..., :-1]
     return _call_even(op, q, k, v, log_decay, beta, bonus, a, kappa, S)
 

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.ir.key import Dense, KernelKey, chunk_size
 from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
@@ -78,8 +78,7 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
                                         value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi,
                                         sink=key.sink)
     elif sel is not None:
-        assert sel.chunk is not None, "a chunk selection's key has its chunk size"
-        out = top1_ref.topk_chunk_ref(q, k, v, chunk=sel.chunk, scale=key.scale, k_top=sel.k,
+        out = top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
                                       temperature=key.temperature, score=sel.score, local=sel.local,
                                       grad=sel.grad)
     else:
