@@ -38,7 +38,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
     parser.add_argument("--recall", action="store_true",
                         help="also split the loss into recall tokens (completing a bigram seen earlier in the "
-                             "window, Zoology's split) and the others; one more forward per batch")
+                             "window, Zoology's split) and the others, in the same forwards")
 
 
 class ProgressLines:

@@ -19,7 +19,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     d = Settings()
     parser.add_argument("specs", metavar="SPEC", nargs="+", help=".seq files (each file's last model)")
     parser.add_argument("--tasks", default="all",
-                        help=f"comma-separated tasks, or all (default): {', '.join(TASKS)}")
+                        help="comma-separated tasks, or all (default): "
+                             + "; ".join(f"{name}, {what}" for name, (_, what) in TASKS.items()))
     parser.add_argument("--out", default="runs/probe", help="output folder (default runs/probe)")
     parser.add_argument("--seq-len", type=int, default=32, dest="seq_len",
                         help="base sequence length; each task's difficulties are set around it (default 32)")
@@ -68,8 +69,7 @@ def run(args: argparse.Namespace) -> int:
         torch.set_num_threads(args.threads)
     out = Path(args.out)
     records = run_sweep(jobs, out, settings=settings, preset=args.preset, keep_absolute=args.keep_absolute,
-                        device=device, resume=args.resume, text=args.needle_text if text is not None else None,
-                        show_progress=not args.quiet)
+                        device=device, resume=args.resume, show_progress=not args.quiet)
     print(table(records))
     print(f"\nrecords: {out / RECORDS}")
     if not args.no_plot:

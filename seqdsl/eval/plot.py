@@ -16,12 +16,13 @@ def level_legend(cmp: Comparison) -> str:
     return "matched-loss levels of the table: " + ", ".join(f"{lv:.3f}" for lv in cmp.levels)
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (no display needed), or SeqError without it."""
     try:
         import matplotlib
     except ImportError:
-        raise SeqError("the comparison plot needs matplotlib",
-                       hint='pip install "seqdsl[data]", or pass --no-plot') from None
+        raise SeqError("the plot needs matplotlib",
+                       hint='pip install "seqdsl[train]", or pass --no-plot') from None
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
@@ -29,7 +30,7 @@ def _pyplot():
 
 
 def plot(cmp: Comparison, path: str | Path) -> Path:
-    _pyplot()
+    pyplot()
     return save_figure(figure(cmp), path)
 
 
@@ -51,7 +52,7 @@ def save_figure(fig, path: str | Path) -> Path:
 
 def figure(cmp: Comparison):
     """The comparison's matplotlib figure (the caller closes it)."""
-    plt = _pyplot()
+    plt = pyplot()
     # OOD panels; runs evaluated on their training domain only get its held-out panels instead
     in_domain = not cmp.domains
     domains = cmp.in_domains if in_domain else cmp.domains

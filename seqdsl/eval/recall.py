@@ -65,7 +65,12 @@ def recall_split(logits: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit
     """The loss of (B, S, V) `logits` against `targets`, split into recall and other tokens."""
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
     nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()
-    mask = recall_mask(inputs, targets).flatten()
+    return split_nll(nll.view_as(targets), inputs, targets)
+
+
+def split_nll(nll: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit:
+    """Per-token losses (B, S) of `targets` after `inputs`, summed over recall and other tokens."""
+    mask = recall_mask(inputs, targets)
     return RecallSplit(float(nll[mask].sum()), int(mask.sum()), float(nll[~mask].sum()), int((~mask).sum()))
 
 
@@ -81,7 +86,7 @@ class RecallSplits:
     def __call__(self, domain: str):
         self.splits[domain] = RecallSplit(0.0, 0, 0.0, 0)
 
-        def observe(logits: Tensor, inputs: Tensor, targets: Tensor) -> None:
-            self.splits[domain] = self.splits[domain] + recall_split(logits, inputs, targets)
+        def observe(nll: Tensor, inputs: Tensor, targets: Tensor) -> None:
+            self.splits[domain] = self.splits[domain] + split_nll(nll, inputs, targets)
 
         return observe

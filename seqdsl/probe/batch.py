@@ -36,10 +36,6 @@ class Batch:
         targets rows[:, 1:]; `mask` (B, T) over the targets."""
         return Batch(rows[:, :-1].contiguous(), rows[:, 1:].contiguous(), mask)
 
-    @property
-    def seq_len(self) -> int:
-        return self.inputs.shape[1]
-
 
 @dataclass(frozen=True, order=True)
 class Level:
@@ -58,11 +54,6 @@ class Level:
     @staticmethod
     def of(seq_len: int, **knobs: int) -> "Level":
         return Level(seq_len, tuple(sorted(knobs.items())))
-
-    @staticmethod
-    def from_dict(d: dict) -> "Level":
-        knobs = {k: int(v) for k, v in d.items() if k != "seq_len"}
-        return Level.of(int(d["seq_len"]), **knobs)
 
     def label(self) -> str:
         return " ".join(f"{k}={v}" for k, v in self.as_dict().items())
@@ -84,6 +75,7 @@ class Task(ABC):
 
     name: str
     vocab: int  # token ids 0 .. vocab-1, inputs and targets alike
+    text_name: str | None = None  # the real text a task draws from, if any (records say it)
 
     @abstractmethod
     def sample(self, level: Level, n: int, generator: torch.Generator) -> Batch: ...

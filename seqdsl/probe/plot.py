@@ -8,18 +8,16 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from seqdsl.eval.plot import save_figure
+from seqdsl.errors import SeqError
+from seqdsl.eval.plot import pyplot, save_figure
 
 
 def _pyplot():
+    """matplotlib's pyplot, or None without matplotlib (the probe's table does not need it)."""
     try:
-        import matplotlib
-    except ImportError:
+        return pyplot()
+    except SeqError:
         return None
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
-    return plt
 
 
 def _level_key(level: dict) -> tuple:

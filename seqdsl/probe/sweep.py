@@ -34,11 +34,12 @@ class Job:
     task: Task
     plan: Plan
 
-    def records(self, *, preset: str, keep_absolute: bool, settings: Settings, text: str | None) -> list[dict]:
+    def records(self, *, preset: str, keep_absolute: bool, settings: Settings) -> list[dict]:
         """The records of this job's results, without their measurements (what `--resume` compares)."""
         m = self.model
         return [{"kind": "probe", "spec": m.spec, "label": m.label, "model": m.model.name, "digest": m.digest,
-                 "task": self.task.name, "vocab": self.task.vocab, "text": text, "level": level.as_dict(),
+                 "task": self.task.name, "vocab": self.task.vocab, "text": self.task.text_name,
+                 "level": level.as_dict(),
                  "trained_at": [lv.as_dict() for lv in self.plan.train], "chance": self.task.chance(level),
                  "settings": settings.as_dict(), "preset": preset, "keep_absolute": keep_absolute,
                  "verdict": m.verdict, "verdict_probed": m.verdict_probed}
@@ -103,8 +104,7 @@ class Progress:
 
 
 def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, keep_absolute: bool,
-              device: torch.device, resume: bool, text: str | None = None,
-              show_progress: bool = True) -> list[dict]:
+              device: torch.device, resume: bool, show_progress: bool = True) -> list[dict]:
     """Run `jobs`, appending each result to out/probe.jsonl; every record of the sweep (stored
     ones included when resuming), in job order."""
     from seqdsl.run.loss import context_limit
@@ -125,7 +125,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
         progress.say(f"note: dropped the last line of {path}, a record cut short")
     results: list[dict] = []
     for n, job in enumerate(jobs, 1):
-        blanks = job.records(preset=preset, keep_absolute=keep_absolute, settings=settings, text=text)
+        blanks = job.records(preset=preset, keep_absolute=keep_absolute, settings=settings)
         title = f"[{n}/{len(jobs)}] {job.model.label} on {job.task.name}"
         if all(result_key(b) in done for b in blanks):
             progress.say(f"{title}: done already ({path})")

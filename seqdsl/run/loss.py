@@ -105,8 +105,8 @@ def _stack(tokens: Tensor, starts: list[int], length: int) -> tuple[Tensor, Tens
     return rows[:, :-1], rows[:, 1:]
 
 
-# observe(logits, x, y): shown every batch this process scores, after its loss (e.g. the recall
-# split, seqdsl/eval/recall.py), so a second measure costs no second forward
+# observe(nll, x, y): every batch this process scores, with its per-token loss (B, S') in float64
+# (e.g. the recall split, seqdsl/eval/recall.py), so a second measure costs no second forward
 Observer = Callable[[Tensor, Tensor, Tensor], None]
 
 
@@ -115,10 +115,10 @@ def _nll_sum(model: LanguageModel, x: Tensor, y: Tensor, observe: Observer | Non
     logits, _ = model(x)  # (B, S', V)
     # float32 at least (bf16 logits under autocast); float64 models keep float64
     logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    nll = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none")
+    nll = F.cross_entropy(logits.flatten(0, 1), y.flatten(), reduction="none").double()
     if observe is not None:
-        observe(logits, x, y)
-    return nll.double().sum().item()
+        observe(nll.view_as(y), x, y)
+    return nll.sum().item()
 
 
 def forwards_per_process(n_batches: int, world: int) -> int:

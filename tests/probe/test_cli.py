@@ -85,3 +85,17 @@ def test_a_bad_spec_is_a_located_error(tmp_path, capsys):
     assert main(["probe", str(bad), "--tasks", "mqar", "--out", str(tmp_path / "p")]) == 2
     err = capsys.readouterr().err
     assert f"{bad}:1:" in err and "Traceback" not in err
+
+
+def test_the_needle_text_is_a_record_of_the_needle_only_and_resume_finds_the_others(tmp_path):
+    """`--needle-text` names the needle's filler in the needle's records; another task's records
+    do not carry it, so a resume with or without it finds that task's results."""
+    out = tmp_path / "probe"
+    base = ["probe", "specs/transformer.seq", "--out", str(out), *QUICK, "--seq-len", "32", "--quiet", "--no-plot"]
+    assert main([*base, "--tasks", "copy"]) == 0
+    copies = len(read_records(out / "probe.jsonl"))
+    assert main([*base, "--tasks", "copy,needle", "--needle-text", "builtin", "--resume"]) == 0
+    records = read_records(out / "probe.jsonl")
+    assert sum(r["task"] == "copy" for r in records) == copies  # found, not trained again
+    assert {r["text"] for r in records if r["task"] == "copy"} == {None}
+    assert {r["text"] for r in records if r["task"] == "needle"} == {"builtin"}
