@@ -381,8 +381,9 @@ def heads(case: Case, dim: int, args) -> tuple[int, int]:
     return max(1, 768 // dim), max(1, 768 // dim)
 
 
-def attended_pairs(case: Case, T: int) -> tuple[float, bool]:
-    """(attended (query, key) pairs per (batch, head), exact?) for T a multiple of the chunk."""
+def attended_pairs(case: Case, T: int) -> float:
+    """Attended (query, key) pairs per (batch, head), for T a multiple of the chunk (exact with
+    `local`, an upper bound without)."""
     C, k = case.chunk, case.k
     total = 0
     for c in range(T // C):
@@ -391,7 +392,7 @@ def attended_pairs(case: Case, T: int) -> tuple[float, bool]:
             total += C * min(k, c) * C + own
         else:  # upper bound: the own chunk among the k when there are at most k candidates
             total += C * min(k, c) * C + (own if k > c else 0)
-    return float(total), case.local
+    return float(total)
 
 
 def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tuple[float, float]:
@@ -399,7 +400,7 @@ def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tup
     if column.startswith("sdpa"):
         f = 4 * D * T * (T + 1) / 2
         return bh * f, bh * 3.5 * f
-    pairs, _ = attended_pairs(case, T)
+    pairs = attended_pairs(case, T)
     sel = 2 * D * T * (T / case.chunk)
     return bh * (4 * D * pairs + sel), bh * (3.5 * 4 * D * pairs + sel)
 
@@ -778,7 +779,7 @@ def markdown(result: dict) -> str:
         cols = [c for c in columns if not (c == "fla_nsa" and not case.gqa)]
         lines += [f"## {case.label}: `{case.spec}` (local = {str(case.local).lower()})", ""]
         shapes = sorted({(r["T"], r["dim"], r["B"], r["HQ"], r["HKV"]) for r in here})
-        fractions = ", ".join(f"T {T}: {attended_pairs(case, T)[0] / (T * (T + 1) / 2):.3f}"
+        fractions = ", ".join(f"T {T}: {attended_pairs(case, T) / (T * (T + 1) / 2):.3f}"
                               for T in sorted({s[0] for s in shapes}) if T % case.chunk == 0)
         lines += [f"Attended pairs / dense causal pairs: {fractions}.", ""]
         notes: dict[str, int] = {}

@@ -34,9 +34,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from experiments.study import STUDY  # noqa: E402  (the study's run list: what is not run yet)
+from experiments.study import LENGTH_EVAL_TOKENS, STUDY  # noqa: E402  (the study's runs and length budget)
 from seqdsl.check import check_paths  # noqa: E402
-from seqdsl.eval.compare import Curve, curve, default_levels, locate  # noqa: E402
+from seqdsl.eval.compare import DEFAULT_WINDOW, Curve, curve, default_levels, locate, train_loss_at  # noqa: E402
 from seqdsl.eval.metrics import read_run  # noqa: E402
 
 RUNS = REPO / "docs" / "results" / "runs"
@@ -58,6 +58,14 @@ class Record:
     curve: Curve
     events: dict[str, dict]
     train: list[dict]
+
+    @property
+    def final_train_loss(self) -> float:
+        """The training loss at the end: the mean of the last train records, as `compare` places
+        an evaluation."""
+        loss = train_loss_at(self.curve.run.train, self.config["steps"], DEFAULT_WINDOW)
+        assert loss is not None, f"{self.name} has no train records"
+        return loss
 
     @property
     def final_eval(self) -> dict[str, float]:
@@ -126,7 +134,7 @@ def gap_to_baseline(runs: Record | list[Record], seeds: list[Record]) -> Gap:
     base = [with_ood_mean(s.final_eval) for s in seeds]
     mine = [with_ood_mean(r.final_eval) for r in runs]
     first = min(ps[0].train_loss for s in seeds for ps in s.curve.domains.values())
-    final = statistics.fmean(statistics.fmean(x["loss"] for x in r.train[-10:]) for r in runs)
+    final = statistics.fmean(r.final_train_loss for r in runs)
     return Gap(None, {d: statistics.fmean(v[d] for v in mine) - statistics.fmean(b[d] for b in base) for d in mine[0]},
                {d: max(seed_range(base, d), seed_range(mine, d)) for d in mine[0]},
                note=f"unmatched: its final training loss ({final:.2f}) stays above every {BASELINE} evaluation's "
@@ -198,7 +206,7 @@ def seeds_table(seeds: list[Record]) -> list[str]:
              "|" + "---|" * (len(domains) + 3)]
     for s in seeds:
         final = s.final_eval
-        train = statistics.fmean(r["loss"] for r in s.train[-10:])
+        train = s.final_train_loss
         lines.append(f"| {s.name} | {train:.3f} | " + " | ".join(f"{final[d]:.3f}" for d in [IN_DOMAIN, *domains]) + " |")
     return lines
 
@@ -411,7 +419,7 @@ def summary_lines(records: list[Record]) -> list[str]:
         f"tokens, peak lr {first['lr']:g} after {first['warmup']} warmup steps, cosine to {first['min_lr_ratio']:g} x, "
         f"AdamW ({first['beta1']}, {first['beta2']}), weight decay {first['weight_decay']}, clip {first['clip']}, "
         f"{first['dtype']}, compile + CUDA graphs: `{first['compile']}` / `{first['cuda_graphs']}`.",
-        f"- **Data**: trained on `{', '.join(first['train_domains'])}` (the Blog Authorship Corpus, five train "
+        f"- **Data**: trained on `{', '.join(first['train_domains'])}` (the Blog Authorship Corpus's train "
         f"shards), tokenizer GPT-NeoX-20B (vocabulary {first['vocab']:,}); evaluated in-domain on held-out blogs "
         f"and out of domain on {ood}; held-out units: {100 * first['data']['heldout']:g}% of every domain's "
         f"8K-character units by hash, at most {first['data']['eval_tokens']:,} tokens per domain, "
@@ -445,10 +453,12 @@ def not_run(records: list[Record]) -> list[str]:
     return [f"Not run yet ({len(missing)} of the study's {len(STUDY)} runs): " + ", ".join(f"`{m}`" for m in missing) + "."] if missing else []
 
 
-def page(records: list[Record]) -> str:
+def page(records: list[Record], verdicts: tuple[list[str], list[tuple]] | None = None) -> str:
+    """The page; `verdicts` is `verdict_facts(records)` when the caller has it already."""
     limited = [r for r in records if r.setting == "limited"]
     seeds = [r for r in limited if r.spec == BASELINE]
-    table, facts = verdict_facts(records)
+    table, facts = verdicts or verdict_facts(records)
+    first = records[0].config
     command = records[0].study["attempts"][-1]["command"]
     out = [
         "# The paper's experiment, run with seqdsl",
@@ -497,7 +507,7 @@ def page(records: list[Record]) -> str:
         "## Held-out loss against training loss",
         "",
         f"One panel per domain; each line is a run's evaluations (every {records[0].config['eval_every']} steps), "
-        "placed at its training loss then (the mean of the 10 train records before). At the same x, lower is "
+        f"placed at its training loss then (the mean of the {DEFAULT_WINDOW} train records before). At the same x, lower is "
         "better; a spec that generalises like Transformer++ lies on its line.",
         "",
         f"![held-out loss against training loss]({PLOT.relative_to(PAGE.parent).as_posix()})",
@@ -505,8 +515,9 @@ def page(records: list[Record]) -> str:
         "## Length: evaluation at 2x and 4x the training context",
         "",
         "`seqdsl eval RUN --seq-len L --max-tokens 131072` on the final checkpoint (held-out blogs and the mean of "
-        "the OOD domains, nats/token). The 2K column is the run's own final evaluation, on up to 524,288 tokens "
-        "per domain, so it is not the same text as the 4K and 8K columns (131,072 tokens each); compare 4K with 8K.",
+        "the OOD domains, nats/token). The 2K column is the run's own final evaluation, on up to "
+        f"{records[0].config['data']['eval_tokens']:,} tokens per domain, so it is not the same text as the 4K and 8K "
+        f"columns ({LENGTH_EVAL_TOKENS:,} tokens each); compare 4K with 8K.",
         "",
         *length_table(records),
         "",
@@ -536,8 +547,7 @@ def page(records: list[Record]) -> str:
         "```",
         "",
         "`.sdist/` holds mamba-ssm's sdist (docs/mamba.md says how to fetch it): the stage call builds it for the "
-        "GPU in the background, so Mamba-2 runs on mamba-ssm's SSD kernels; without it, on the chunked reference "
-        "(the first round had none: its Mamba-2 trained at 0.30x Transformer++, docs/training.md).",
+        "GPU in the background, so Mamba-2 runs on mamba-ssm's SSD kernels; without it, on the chunked reference.",
         "",
         "On any machine with GPUs and the corpus on disk, `python experiments/study.py run --data DATA --runs RUNS "
         "--gpus N` does the same in one command, and `python experiments/study.py collect --runs RUNS` copies the "
@@ -545,9 +555,10 @@ def page(records: list[Record]) -> str:
         "",
         "## What this scale can and cannot show",
         "",
-        "- One pass over 59M tokens leaves a 110M model far from converged (training loss "
-        f"{min(statistics.fmean(r['loss'] for r in rec.train[-10:]) for rec in records):.2f}-"
-        f"{max(statistics.fmean(r['loss'] for r in rec.train[-10:]) for rec in records):.2f} nats/token here). At "
+        f"- {first['steps'] * first['batch'] * first['seq_len'] / 1e6:.0f}M training tokens leave a "
+        f"{first['preset']} model far from converged (training loss "
+        f"{min(rec.final_train_loss for rec in records):.2f}-"
+        f"{max(rec.final_train_loss for rec in records):.2f} nats/token here). At "
         "that stage a language model predicts mostly from the last few hundred tokens, so a mixer that cannot "
         "select far back (a 256-token window) loses little, and the paper's differences, measured after far more "
         "training, may not have opened yet. A gap that is absent here is therefore weak evidence against the "
@@ -557,7 +568,7 @@ def page(records: list[Record]) -> str:
                   if spec != BASELINE and len(runs) > 1)
         + "; with so few, it underestimates the noise.",
         "- Matching training loss compares a slower learner late in its run (more tokens seen, a lower learning "
-        "rate on the cosine) with Transformer++ early in its run. With evaluations 90 steps apart the matched "
+        f"rate on the cosine) with Transformer++ early in its run. With evaluations {first['eval_every']} steps apart the matched "
         "values are interpolated over stretches where the loss still falls fast. Both can move a gap by more "
         "than the seed spread here; longer runs with more evaluations would shrink both effects.",
         "- Out-of-domain sets of a few hundred thousand tokens (books and StackExchange have less held-out text "
@@ -573,14 +584,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     records = sorted((load(p) for p in args.runs.iterdir() if (p / "metrics.jsonl").exists()),
                      key=lambda r: [run.name for run in STUDY].index(r.name) if r.name in {s.name for s in STUDY} else 99)
-    text = page(records)
+    verdicts = verdict_facts(records)
+    text = page(records, verdicts)
     if args.check:
         same = PAGE.exists() and PAGE.read_text() == text
         print("docs/results.md is up to date" if same else "docs/results.md differs from the records: run experiments/report.py")
         return 0 if same else 1
     PAGE.write_text(text)
     plot(records, PLOT)
-    gap_plot(verdict_facts(records)[1], GAP_PLOT)
+    gap_plot(verdicts[1], GAP_PLOT)
     print(f"wrote {PAGE.relative_to(REPO)}, {PLOT.relative_to(REPO)} and {GAP_PLOT.relative_to(REPO)} "
           f"from {len(records)} runs")
     return 0

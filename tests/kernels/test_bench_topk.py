@@ -5,23 +5,15 @@ mean nothing here. Two more tests break the selection and the tiles on purpose: 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_topk.py"
+from tests.docs_generator import load_script
 
 
 def _script():
-    """benchmarks/bench_topk.py as a module (registered: its dataclass resolves its module)."""
-    spec = importlib.util.spec_from_file_location("bench_topk", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_script("benchmarks/bench_topk.py", "bench_topk")
 
 
 @pytest.mark.slow
