@@ -1,46 +1,82 @@
 #!/usr/bin/env bash
-# After a change to the lowering, the kernels or the run layer: every GPU test and `seqdsl train`
-# against bench_train.py, as four jobs at once, one per GPU (jobs share the GPUs when there are
-# fewer), capped at CAP seconds (default 240):
-#   GPU 0: pytest -m gpu tests/kernels                    the generated kernels against float64
-#   GPU 1: pytest -m gpu tests/lower                      every path against the reference (the
-#                                                         mamba-ssm tests skip unless it imports)
-#   GPU 2: bench_train_command.py transformer             `seqdsl train` on real text vs its benchmark
-#   GPU 3: bench_train_command.py linear_attention        the same for fla's odd-width padding
-# Needs the packages installed (experiments/study_gpu.sh stage does it) and DATA holding
-# web_blogs/ (one shard is used) and tokenizers/gpt-neox-20b/tokenizer.json.
+# After a change to the lowering, the kernels or the run layer: every GPU test, then `seqdsl train`
+# against bench_train.py and the kernel benchmarks, on the GPUs in GPUS (default: all), each phase
+# capped at CAP seconds (default 400):
+#   tests    pytest -m gpu tests/kernels tests/lower, the test ids dealt round-robin over GPUS
+#            (one pytest per GPU; the mamba-ssm tests skip unless it imports; TESTS_K narrows
+#            them with -k)
+#   train    bench_train_command.py transformer, then linear_attention (fla's odd-width padding):
+#            `seqdsl train` on real text vs its benchmark, on the first GPU of GPUS
+#   kernels  bench_top1.py (8K, 32K; D 64, 128) and bench_topk.py (one run per case, --check
+#            first), on the last GPU of GPUS
+# Phases in STEPS (default "tests train"); train and kernels run at the same time when their GPUs
+# differ. Needs the packages installed (experiments/study_gpu.sh stage does it) and, for train,
+# DATA holding web_blogs/ (one shard is used) and tokenizers/gpt-neox-20b/tokenizer.json.
 #     DATA=/tmp/study/data bash benchmarks/regression_gpu_round.sh
+#     GPUS=3 STEPS="train kernels" TESTS_K=mamba DATA=/tmp/study/data bash benchmarks/regression_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
-cap="${CAP:-240}"
-gpus="$(nvidia-smi -L | wc -l)"
+cap="${CAP:-400}"
+steps="${STEPS:-tests train}"
+IFS=, read -r -a gpus <<< "${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}"
 work="$(mktemp -d)"
 export SEQDSL_CACHE_DIR="$work/cache"
-mkdir -p "$work/data/web_blogs"
-first_shard="$(ls "$DATA"/web_blogs/* | head -n 1)"
-ln -s "$first_shard" "$work/data/web_blogs/"
-tok="$DATA/tokenizers/gpt-neox-20b/tokenizer.json"
+has() { [[ " $steps " == *" $1 "* ]]; }
 
-on_gpu() {  # on_gpu INDEX LOG COMMAND...: one job in the background on GPU INDEX mod the GPU count
-    local index=$(($1 % gpus)) log="$out/$2"
-    shift 2
-    CUDA_VISIBLE_DEVICES="$index" timeout "$cap" "$@" > "$log" 2>&1 &
+run_tests() {
+    "$py" -m pytest --collect-only -q -p no:cacheprovider -m gpu ${TESTS_K:+-k "$TESTS_K"} tests/kernels tests/lower \
+        | grep "::" > "$work/ids"
+    echo "$(wc -l < "$work/ids") GPU tests over ${#gpus[@]} GPU(s)"
+    local i
+    for i in "${!gpus[@]}"; do
+        awk -v n="${#gpus[@]}" -v i="$i" '(NR - 1) % n == i' "$work/ids" > "$work/ids_$i"
+        # every line stamped with the time: a log cut by the cap still says what took long
+        CUDA_VISIBLE_DEVICES="${gpus[$i]}" timeout "$cap" "$py" -m pytest -v -s -p no:cacheprovider --durations=15 \
+            $(cat "$work/ids_$i") 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done \
+            > "$out/gpu_tests_$i.log" &
+    done
+    wait
+    for i in "${!gpus[@]}"; do
+        echo "== GPU ${gpus[$i]}: $(wc -l < "$work/ids_$i") tests"
+        grep -e FAILED -e ERROR -e XFAIL -e " passed" -e " failed" -e "no tests ran" "$out/gpu_tests_$i.log" | tail -n 8
+        grep -q -e " passed" -e " failed" "$out/gpu_tests_$i.log" || { echo "cut by the cap at:"; tail -n 2 "$out/gpu_tests_$i.log"; }
+    done
 }
-on_gpu 0 gpu_kernel_tests.log "$py" -m pytest -v -s -p no:cacheprovider -m gpu tests/kernels
-on_gpu 1 gpu_lower_tests.log "$py" -m pytest -v -p no:cacheprovider -m gpu tests/lower
-for i in 2 3; do
-    spec=$([ "$i" = 2 ] && echo transformer || echo linear_attention)
-    on_gpu "$i" "bench_train_command_$spec.log" "$py" benchmarks/bench_train_command.py --data "$work/data" \
-        --tokenizer "$tok" --specs "$spec" --steps 30 --bench-steps 20 --workdir "$work/$spec" \
-        --out "$out/bench_train_command_${spec}_$date_tag.json"
-done
-wait
+
+run_train() {
+    mkdir -p "$work/data/web_blogs"
+    ln -sf "$(ls "$DATA"/web_blogs/* | head -n 1)" "$work/data/web_blogs/"
+    local spec
+    for spec in transformer linear_attention; do
+        CUDA_VISIBLE_DEVICES="${gpus[0]}" timeout "$cap" "$py" benchmarks/bench_train_command.py --data "$work/data" \
+            --tokenizer "$DATA/tokenizers/gpt-neox-20b/tokenizer.json" --specs "$spec" --steps 30 --bench-steps 20 \
+            --workdir "$work/$spec" --out "$out/bench_train_command_${spec}_$date_tag.json" \
+            > "$out/bench_train_command_$spec.log" 2>&1
+        echo "== seqdsl train vs bench_train.py: $spec"
+        grep -v Warning "$out/bench_train_command_$spec.log" | tail -n 6
+        grep -h -o '"paths".\{0,200\}' "$work/$spec"/run_*/metrics.jsonl 2> /dev/null | head -n 2
+    done
+}
+
+run_kernels() {
+    local gpu="${gpus[-1]}" case
+    CUDA_VISIBLE_DEVICES="$gpu" timeout "$cap" "$py" benchmarks/bench_top1.py --lengths 8192,32768 --dims 64,128 \
+        --flex-max-t 0 --budget-s 90 --out "$out" > "$out/bench_top1.log" 2>&1
+    tail -n 30 "$out/bench_top1.log"
+    for case in moba_k3_c128 moba_k8_c64 nsa_k16_c64; do
+        CUDA_VISIBLE_DEVICES="$gpu" timeout "$cap" "$py" benchmarks/bench_topk.py --cases "$case" --check \
+            --budget-s 150 --out "$out" > "$out/bench_topk_$case.log" 2>&1
+        tail -n 30 "$out/bench_topk_$case.log"
+    done
+}
+
 nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1
-for log in gpu_kernel_tests gpu_lower_tests; do
-    echo "== $log"; grep -e FAILED -e ERROR -e " passed" -e " failed" -e "no tests ran" "$out/$log.log" | tail -n 8
-done
-for spec in transformer linear_attention; do
-    echo "== seqdsl train vs bench_train.py: $spec"
-    grep -v Warning "$out/bench_train_command_$spec.log" | tail -n 6
-    cp "$work/$spec"/*.log "$out/" 2> /dev/null
-    grep -h -o '"paths".\{0,200\}' "$work/$spec"/run_*/metrics.jsonl 2> /dev/null | head -n 2
-done
+has tests && run_tests
+if has train && has kernels && [ "${gpus[0]}" != "${gpus[-1]}" ]; then
+    run_kernels > "$work/kernels.out" 2>&1 &
+    run_train
+    wait
+    cat "$work/kernels.out"
+else
+    has train && run_train
+    has kernels && run_kernels
+fi

@@ -7,6 +7,7 @@ left unfinished, and records what ran where:
 
     python experiments/study.py plan                                   # the runs and their commands
     python experiments/study.py prepare --data DATA --setting limited  # the token cache, ahead
+                                                                       # (--setting pending: what is left)
     python experiments/study.py run --data DATA --runs RUNS --gpus 2   # run what is not finished
     python experiments/study.py status --runs RUNS                     # progress of every run
     python experiments/study.py collect --runs RUNS                    # records -> docs/results/runs/
@@ -221,12 +222,25 @@ def select(only: list[str] | None) -> list[Run]:
     return chosen
 
 
+def pending_settings(records: Path = RECORDS) -> list[str]:
+    """The settings, in study order, of the runs whose records are not in the repository yet."""
+    return list(dict.fromkeys(r.setting for r in STUDY if not finished(records / r.name)))
+
+
 def prepare(args: argparse.Namespace) -> int:
-    """`seqdsl data prepare` for a setting's recipe: the token cache built before the GPUs start."""
-    cmd = ["seqdsl", "data", "prepare", "--config", RECIPES[args.setting], "--quiet",
-           *data_overrides(args.data.resolve(), args.tokenizer)]
-    print(f"$ {shlex.join(cmd)}", flush=True)
-    return subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]], cwd=REPO).returncode
+    """`seqdsl data prepare` for a setting's recipe (or those of every setting with runs left to
+    do): the token cache built before the GPUs start."""
+    settings = pending_settings() if args.setting == "pending" else [args.setting]
+    for setting in settings:
+        cmd = ["seqdsl", "data", "prepare", "--config", RECIPES[setting], "--quiet",
+               *data_overrides(args.data.resolve(), args.tokenizer)]
+        print(f"$ {shlex.join(cmd)}", flush=True)
+        rc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]], cwd=REPO).returncode
+        if rc != 0:
+            return rc
+    if not settings:
+        print("every run of the study has its records: nothing to prepare")
+    return 0
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -272,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         if name in ("run", "prepare"):
             p.add_argument("--data", type=Path, required=True, help="domain folders and tokenizers/")
             p.add_argument("--tokenizer", help="a tokenizer.json or `bytes` (default: DATA/tokenizers/gpt-neox-20b/tokenizer.json)")
-    sub.choices["prepare"].add_argument("--setting", choices=tuple(RECIPES), default="limited")
+    sub.choices["prepare"].add_argument("--setting", choices=(*RECIPES, "pending"), default="limited",
+                                        help="a recipe's setting, or `pending`: every setting with runs left to do")
     sub.choices["run"].add_argument("--gpus", type=int, default=1, help="trainings at once, one per GPU")
     sub.choices["run"].add_argument("--records", type=Path, default=RECORDS,
                                     help="runs whose records are here are done (default: docs/results/runs)")

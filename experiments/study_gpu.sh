@@ -5,9 +5,10 @@
 # in the background across calls, and each call brings back the records finished so far.
 #   bash experiments/study_gpu.sh stage           # carry .study/a, .whl and .sdist: data part 1, packages,
 #                                                 # mamba-ssm built in the background (about 3 minutes)
-#   bash experiments/study_gpu.sh start GPUS MIN  # carry .study/b: part 2, the token cache, then the
-#                                                 # study in the background (no run starts after MIN
-#                                                 # minutes), then poll as below
+#   bash experiments/study_gpu.sh start GPUS MIN  # carry .study/b: part 2, the token cache of every
+#                                                 # setting with runs left, then the study in the
+#                                                 # background (no run starts after MIN minutes),
+#                                                 # then poll as below
 #   bash experiments/study_gpu.sh poll SECONDS    # progress until SECONDS pass or the study ends
 # Records (never checkpoints) come back in $OUT/study_records.tar.gz.
 set -u
@@ -48,7 +49,7 @@ poll() {
         mkdir -p "$root/partial/$(basename "$run")"
         cp "$run"/metrics.jsonl "$run"/train.log "$run"/study.json "$root/partial/$(basename "$run")/" 2> /dev/null
     done
-    tar -czf "$out/study_records.tar.gz" -C "$root" records partial study.log $(cd "$root" && ls prepare_*.log 2> /dev/null)
+    tar -czf "$out/study_records.tar.gz" -C "$root" records partial study.log $(cd "$root" && ls prepare*.log 2> /dev/null)
 }
 
 build_mamba() {  # Mamba-2 on mamba-ssm's SSD kernels, else the chunked reference (docs/mamba.md)
@@ -71,15 +72,13 @@ case "${1:-}" in
     start)
         stage
         nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-        /usr/bin/time -f "prepare limited: %e s wall" python experiments/study.py prepare --data "$data" --setting limited \
-            > "$root/prepare_limited.log" 2>&1
-        tail -n 9 "$root/prepare_limited.log"
+        # the token cache of every setting with runs left, before any training reads it
+        /usr/bin/time -f "prepare: %e s wall" python experiments/study.py prepare --data "$data" --setting pending \
+            > "$root/prepare.log" 2>&1
+        tail -n 9 "$root/prepare.log"
         wait_mamba
         setsid nohup python experiments/study.py run --data "$data" --runs "$runs" --gpus "$2" \
             --until "$(($(date +%s) + 60 * $3))" > "$root/study.log" 2>&1 < /dev/null &
-        # the mixed setting's cache (every domain's training text) while the first runs compile
-        setsid nohup /usr/bin/time -f "prepare mixed: %e s wall" python experiments/study.py prepare --data "$data" \
-            --setting mixed > "$root/prepare_mixed.log" 2>&1 < /dev/null &
         sleep 5
         poll $((540 - SECONDS)) ;;
     poll) poll "$2" ;;

@@ -115,10 +115,16 @@ def test_kernels_in_float16_match_reference(spec):
     assert_matches(key, inputs, torch.float16)
 
 
+# the decoding kernels compiled for a GPU (not interpreted) where one is present
+DEVICES = ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(
+    not torch.cuda.is_available() or bool(os.environ.get("TRITON_INTERPRET")), reason="needs a CUDA device")])]
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec,local", [("top1_element", False), ("top1_chunk_exact", True),
                                         ("top1_chunk_exact", False), ("top1_chunk_approx", True),
                                         ("top1_chunk_approx", False)])
-def test_decode_matches_last_row_of_the_full_forward(spec, local):
+def test_decode_matches_last_row_of_the_full_forward(spec, local, device):
     """One query at position L - 1 against the cache: the reference's last output row."""
     chunk = {} if spec == "top1_element" else {"chunk": 16, "local": local}
     key = variant(spec, dk=16, dv=32, **chunk)
@@ -126,13 +132,14 @@ def test_decode_matches_last_row_of_the_full_forward(spec, local):
         # one batch row, two heads: the interpreter's time grows with B * H (see `shapes`)
         q, k, v, _ = make_inputs(1, L, 2, 16, 32, data="grid", magnitude=1.0, seed=L, duplicate=True)
         want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
-        got = top1.decode(key, q[:, -1:], k, v)
+        got = top1.decode(key, *(t.to(device) for t in (q[:, -1:], k, v))).cpu()
         assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, L
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("spec,local", [("top1_element", False), ("top1_chunk_exact", True),
                                         ("top1_chunk_approx", False)])
-def test_decode_reads_a_grouped_cache_in_place(spec, local):
+def test_decode_reads_a_grouped_cache_in_place(spec, local, device):
     """Grouped-query decoding: four query heads on a cache of two key/value heads, read in place
     (query head h reads cache head h // 2), equal to the reference on the repeated cache; and a
     cache of any other head count is refused."""
@@ -143,7 +150,8 @@ def test_decode_reads_a_grouped_cache_in_place(spec, local):
     q = torch.randn(1, L, 4, 16, generator=gen)
     k, v = torch.randn(1, L, 2, 16, generator=gen), torch.randn(1, L, 2, 16, generator=gen)
     rep = [t.repeat_interleave(2, dim=2).double() for t in (k, v)]
-    want = top1.reference(key, q.double(), *rep)[:, -1:]
+    want = top1.reference(key, q.double(), *rep)[:, -1:].to(device)
+    q, k, v = (t.to(device) for t in (q, k, v))
     got = top1.decode(key, q[:, -1:], k, v)
     assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
     assert torch.equal(got, top1.decode(key, q[:, -1:], k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2)))

@@ -78,3 +78,14 @@ def test_a_run_is_trained_evaluated_at_longer_contexts_recorded_and_not_repeated
     assert "0 runs to do" in capsys.readouterr().out
     assert study.main([*args[:4], str(tmp_path / "fresh"), *args[5:]]) == 0  # a new machine: the records say done
     assert "0 runs to do" in capsys.readouterr().out and not (tmp_path / "fresh" / "limited-transformer-s0").exists()
+
+
+def test_pending_settings_are_those_of_the_runs_without_records(tmp_path):
+    """`prepare --setting pending` builds the caches the remaining runs read, and only those."""
+    assert study.pending_settings(tmp_path) == ["limited", "mixed"]
+    for run in study.STUDY:
+        if run.setting == "limited":  # a finished run: its last evaluation is at its last step
+            (tmp_path / run.name).mkdir()
+            (tmp_path / run.name / "config.json").write_text(json.dumps({"steps": 3}))
+            (tmp_path / run.name / "metrics.jsonl").write_text(json.dumps({"kind": "eval", "step": 3}) + "\n")
+    assert study.pending_settings(tmp_path) == ["mixed"]
