@@ -84,6 +84,22 @@ def fla(key: KernelKey) -> Support:
         return _no("fla", f"key/value widths {key.feature_dim}x{key.value_cols} are below fla's "
                           f"{FLA_MIN_DIM}-wide tiles", slot,
                    f"a width of at least {FLA_MIN_DIM}, e.g. `{slot[0]} = 64`")
+    odd = [(which, n) for which, n in (("key", key.feature_dim), ("value", key.value_cols)) if n & (n - 1)]
+    if odd:
+        # fla tiles widths in powers of two and masks the tail; with a tail (a normalised linear
+        # attention's 65 value columns, 66 padded; Based's 273-wide Taylor features) its first
+        # call did not finish in 4.5 minutes on an H100 with Triton 3.6, where 64 and 128 take
+        # seconds (docs/lowering.md, "fla and widths")
+        which, n = odd[0]
+        reason = (f"{which} width {n} is not a power of two: fla's kernels with such a width did not "
+                  f"finish their first call in minutes on an H100 (Triton 3.6)")
+        if which == "value" and n == key.head_dim + 1 and not key.head_dim & (key.head_dim - 1):
+            return _no("fla", reason, ("weights",), "`weights = linear` (no normaliser column)")
+        if which == "key" and key.feature_dim != key.key_dim:  # the feature map sets the width
+            return _no("fla", reason, ("relation", "feature"), "a feature map that keeps the key width, "
+                                                                "e.g. `feature = elu1`")
+        slot = _width_slot(key, which)
+        return _no("fla", reason, slot, f"a {which} width that is a power of two, e.g. `{slot[0]} = 64`")
     shape = key.decay_shape
     if shape == "selective":
         return _no("fla", "Mamba-1's selective step (a step size per head times a rate per key channel, "
@@ -179,8 +195,7 @@ def mamba(key: KernelKey) -> Support:
                             "RWKV bonus or RWKV-7 removal)", ("update",), "nothing for mamba-ssm: fla's kernels run it")
     if key.weights != "linear":
         return _no("mamba", f"`{key.weights}` weights: the mamba-ssm path is wired for plain `linear` "
-                            "weights only (the normaliser column is left to fla)", ("weights",),
-                   "`weights = linear`, or leave it to fla")
+                            "weights only", ("weights",), "`weights = linear`")
     if key.feature != "identity":
         return _no("mamba", f"feature map `{key.feature}`: the mamba-ssm path takes identity features "
                             "(Mamba-2's B and C) only", ("relation", "feature"), "`feature = identity`")

@@ -44,6 +44,23 @@ def test_fla_refuses_tiles_narrower_than_16_and_says_so():
     assert not verdict.ok and "16-wide" in verdict.reason
 
 
+@pytest.mark.parametrize("mixer, width, slot", [
+    # a normalised linear attention carries a normaliser column: 64 + 1 value columns
+    (nodes.Mixer(name="m", weights=nodes.NormalizedLinear(), relation=nodes.Dot(feature="elu1")), "value width 65",
+     ("weights",)),
+    (_linear(head_dim=48, key_dim=64), "value width 48", ("head_dim",)),
+    (_linear(key_dim=96), "key width 96", ("key_dim",)),
+    # Based's Taylor features: 1 + 16 + 16^2 columns
+    (nodes.Mixer(name="m", weights=nodes.NormalizedLinear(), key_dim=16, relation=nodes.Dot(feature="taylor")),
+     "key width 273", ("relation", "feature")),
+])
+def test_fla_refuses_widths_that_are_not_powers_of_two_and_says_what_to_change(mixer, width, slot):
+    """Such widths did not finish fla's first call in minutes on an H100 (Triton 3.6): the
+    reference runs them instead, and the checker's W003 points at the slot to change."""
+    verdict = support.fla(kernel_key(mixer, 768))
+    assert not verdict.ok and verdict.reason.startswith(width) and verdict.slot == slot, verdict
+
+
 def test_triton_table_names_what_rules_a_top1_mixer_out():
     top = lambda **kw: nodes.Mixer(name="m", select=nodes.Top(**kw))
     assert support.triton(kernel_key(top(), 64)).op == "triton.top1_element"

@@ -592,6 +592,7 @@ mixer based_gated_delta { heads = 2  head_dim = 4  relation = dot(feature = tayl
 mixer gla_like { heads = 2  head_dim = 16  weights = linear  decay = data_dependent(vector)  norm = rmsnorm  gate = swish }
 mixer deltanet_like { heads = 2  head_dim = 16  relation = dot(scale = 0.5, qk_norm = true)  weights = linear
     update = delta  conv = causal(4) }
+mixer gated_deltanet_like { heads = 2  head_dim = 16  weights = linear  decay = data_dependent(scalar)  update = delta }
 mixer selective { heads = 2  head_dim = 16  relation = random_keys(seed = 5)  weights = linear
     decay = data_dependent(selective)  kv_groups = 1 }
 mixer retnet_like { heads = 2  head_dim = 16  relation = dot(scale = learned(0.5))  weights = linear  decay = constant }

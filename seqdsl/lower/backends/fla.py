@@ -58,20 +58,6 @@ def run(op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
 
 
 def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
-    """fla's op on these inputs. In 16-bit dtypes fla's backward takes even value widths only
-    (`chunk_bwd_dv`: Triton miscompiles an odd tail), and a normalised linear attention carries
-    one extra value column (65): such a call gets one zero value column more, which no op mixes
-    into the others (every value column of these recurrences evolves on its own), and loses it
-    again in the output and the final state."""
-    if q.dtype in (torch.float16, torch.bfloat16) and v.shape[-1] % 2:
-        pad = lambda t, dim: torch.cat([t, t.new_zeros(*t.shape[:dim], 1, *t.shape[dim + 1:])], dim)
-        out, state = _call_even(op, q, k, pad(v, 3), log_decay, beta, bonus, a, kappa,
-                                pad(S, 3) if S is not None else None)
-        return out[..., :-1], state[..., :-1]
-    return _call_even(op, q, k, v, log_decay, beta, bonus, a, kappa, S)
-
-
-def _call_even(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
     from fla import ops
 
     q, k, v = (t.contiguous() for t in (q, k, v))
