@@ -36,6 +36,7 @@ sys.path.insert(0, str(REPO))
 
 from experiments.study import LENGTH_EVAL_TOKENS, STUDY  # noqa: E402  (the study's runs and length budget)
 from seqdsl.check import check_paths  # noqa: E402
+from seqdsl.check.engine import decides_verdict  # noqa: E402
 from seqdsl.eval.compare import DEFAULT_WINDOW, Curve, curve, default_levels, locate, train_loss_at  # noqa: E402
 from seqdsl.eval.metrics import read_run  # noqa: E402
 
@@ -161,8 +162,9 @@ def agrees(verdict: str, outcome: str) -> str:
 
 def verdict_of(rec: Record) -> tuple[str, str]:
     report = check_paths([rec.path / "spec.seq"])[0]
-    failed = sorted({d.pillar for d in report.diagnostics if d.severity in ("error", "warning")})
-    codes = ", ".join(sorted({d.code for d in report.diagnostics if d.severity in ("error", "warning")}))
+    deciding = [d for d in report.diagnostics if decides_verdict(d)]
+    failed = sorted({d.pillar for d in deciding})
+    codes = ", ".join(sorted({d.code for d in deciding}))
     return report.verdict, (f"{'/'.join(failed)} ({codes})" if failed else "none")
 
 

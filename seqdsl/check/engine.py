@@ -37,14 +37,17 @@ def worst(verdicts: Iterable[str]) -> str:
     return max(verdicts, key=VERDICTS.index, default="pass")
 
 
+def decides_verdict(d: Diagnostic) -> bool:
+    """Whether a finding moves a mixer's verdict: an error of pillar V/R/N/W, a warning of V/R/N
+    (a backend warning, W, is about speed, not the principle)."""
+    return (d.severity == "error" and d.pillar in "VRNW") or (d.severity == "warning" and d.pillar in "VRN")
+
+
 def mixer_verdict(diagnostics: Iterable[Diagnostic]) -> str:
-    verdict = "pass"
-    for d in diagnostics:
-        if d.severity == "error" and d.pillar in "VRNW":
-            return "fail"
-        if d.severity == "warning" and d.pillar in "VRN":
-            verdict = "degraded"
-    return verdict
+    deciding = [d for d in diagnostics if decides_verdict(d)]
+    if any(d.severity == "error" for d in deciding):
+        return "fail"
+    return "degraded" if deciding else "pass"
 
 
 @dataclass
