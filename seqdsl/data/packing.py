@@ -5,7 +5,8 @@ last T).
 
 The training pieces of the documents (held-out units removed, seqdsl/data/documents.py: a
 document with nothing held out is one piece) are tokenized, each followed by the end-of-document
-token, and laid end to end in the source's fixed order; sequence i is tokens
+token, and laid end to end in the source's fixed order (several training domains interleaved in
+proportion to their size: seqdsl/data/mixing.py); sequence i is tokens
 [iT, iT + T + 1) of that stream, so consecutive sequences share one token and every token is a
 target exactly once. When the documents run out, the stream starts again (the next epoch).
 
@@ -20,9 +21,11 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 
+import numpy as np
 import torch
 
-from seqdsl.data.documents import Document, training_pieces
+from seqdsl.data.documents import Document, split_heldout, training_pieces
+from seqdsl.data.mixing import mixed_order, piece_bytes
 from seqdsl.errors import SeqError
 
 
@@ -50,21 +53,37 @@ class PackedSequences:
         self._docs = self._training_docs(cursor)
 
     def _training_docs(self, start: Cursor) -> Iterator[tuple[int, int, list[int]]]:
-        epoch, first = start.epoch, True
+        epoch, skip = start.epoch, start.doc
         while True:
-            index, seen = 0, False
-            for piece in training_pieces(self.documents(), self.heldout):
-                seen = True
-                if first and index < start.doc:
-                    index += 1
+            index = -1
+            for index, piece in enumerate(self._epoch_pieces()):
+                if index < skip:  # resuming: the pieces before the cursor are read, not tokenized
                     continue
                 yield epoch, index, self.encode(piece) + [self.eos_id]
-                index += 1
-            if not seen:
+            if index < 0:
                 raise SeqError("no training documents: every document of the training domains is held out "
                                "or the domains are empty", hint="check data.train_domains and data.heldout")
-            epoch, first = epoch + 1, False
+            epoch, skip = epoch + 1, 0
 
+    def _epoch_pieces(self) -> Iterator[str]:
+        """One epoch's training pieces in stream order: the source's, with several domains
+        interleaved (seqdsl/data/mixing.py). A first pass reads every piece's domain and size;
+        then one reader per domain follows the mixed order, so no epoch is held in memory."""
+        labels: dict[str, int] = {}
+        domains, sizes = [], []
+        for doc in self.documents():
+            for piece in split_heldout(doc.text, self.heldout)[0]:
+                domains.append(labels.setdefault(doc.domain, len(labels)))
+                sizes.append(piece_bytes(piece))
+        if len(labels) == 1:
+            yield from training_pieces(self.documents(), self.heldout)
+            return
+        readers = [self._pieces_of(name) for name in labels]  # labels number the domains in order
+        for i in mixed_order(np.array(domains, dtype=np.int64), np.array(sizes, dtype=np.int64)):
+            yield next(readers[domains[i]])
+
+    def _pieces_of(self, domain: str) -> Iterator[str]:
+        return training_pieces((doc for doc in self.documents() if doc.domain == domain), self.heldout)
     def _fill(self, need: int) -> None:
         while self._buffered < need:
             epoch, index, tokens = next(self._docs)

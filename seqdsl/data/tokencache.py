@@ -23,8 +23,9 @@ hashing a large corpus's cache on every start would cost seconds to minutes. A d
 cache is reported in one line and rebuilt, never used.
 
 `CachedSequences` packs training sequences out of a cache with exactly the meaning of
-`seqdsl.data.packing.PackedSequences` (same stream, same cursor), but as a pure function of the
-position in the stream: no tokenizing and no Python loop per piece between steps.
+`seqdsl.data.packing.PackedSequences` (same stream, same cursor; several training domains
+interleaved by seqdsl/data/mixing.py), but as a pure function of the position in the stream: no
+tokenizing and no Python loop per piece between steps.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ import torch
 
 from seqdsl.cache_root import cache_dir
 from seqdsl.data.documents import Document, DocumentSource, split_heldout
+from seqdsl.data.mixing import mixed_order, piece_bytes
 from seqdsl.data.packing import Cursor
 from seqdsl.data.shards import file_sha256
 from seqdsl.errors import SeqError
@@ -167,7 +169,7 @@ def _build(tmp: Path, source: DocumentSource, tokenizer, domains: list[str], hel
         for batch in _batches(_pieces(source.documents(domains), heldout), ENCODE_BATCH):
             encoded = tokenizer.encode_batch([doc.text for doc in batch])
             lengths = np.array([len(ids) + 1 for ids in encoded], dtype=np.int64)  # + the EOS token
-            n_bytes = np.array([len(doc.text.encode("utf-8")) + 1 for doc in batch], dtype=np.int64)  # EOS: 1 byte
+            n_bytes = np.array([piece_bytes(doc.text) for doc in batch], dtype=np.int64)
             table = np.stack([start + np.cumsum(lengths) - lengths, lengths,
                               np.array([index[doc.domain] for doc in batch], dtype=np.int64), n_bytes], axis=1)
             flat = np.full(int(lengths.sum()), tokenizer.eos_id, dtype=dtype)
@@ -230,7 +232,8 @@ class CachedSequences:
     """Endless packed sequences of (T + 1) tokens of the training pieces of a cache: the stream
     and cursor of `PackedSequences` over the same documents, as a function of position.
 
-    The training pieces (of `domains`) laid end to end form one epoch of E tokens; the stream is epochs back to back. Position p of the stream is token p % E of epoch
+    The training pieces (of `domains`, in the mixed order) laid end to end form one epoch of E
+    tokens; the stream is epochs back to back. Position p of the stream is token p % E of epoch
     p // E; sequence i of a run starting at position p0 is positions [p0 + iT, p0 + iT + T + 1).
     """
 
@@ -240,6 +243,7 @@ class CachedSequences:
         if len(docs) == 0:
             raise SeqError("no training documents: every document of the training domains is held out "
                            "or the domains are empty", hint="check data.train_domains and data.heldout")
+        docs = docs[mixed_order(cache.docs[docs, 2], cache.docs[docs, 3])]  # several domains: interleaved
         self._starts = cache.docs[docs, 0]  # physical start of each training document
         lengths = cache.docs[docs, 1]
         self._ends = np.cumsum(lengths)  # stream offset just past each document, within an epoch
