@@ -109,3 +109,28 @@ def test_the_page_says_which_study_runs_have_no_records(tmp_path):
     missing = [r.name for r in report.STUDY if r.name not in {x.name for x in records}]
     assert f"Not run yet ({len(missing)} of the study's {len(report.STUDY)} runs)" in text
     assert "| top1_element | pass |" in text
+
+
+def test_the_mixed_setting_is_compared_with_the_limited_gap_over_the_same_domains(tmp_path):
+    """A spec 0.5 worse OOD in the limited setting and 0.05 worse (within the spread) when mixed:
+    the page says the gap closed, and gives the mixed gap per formerly-OOD domain."""
+    curve = [7.0, 6.5, 6.0, 5.5, 5.0]
+    limited = [fake_run(tmp_path, f"limited-transformer-s{s}", curve, {"web_blogs": 0.0, "wiki": 1.0 + s / 10})
+               for s in (0, 1)]
+    limited.append(fake_run(tmp_path, "limited-mamba2-s0", curve, {"web_blogs": 0.0, "wiki": 1.55}))
+    mixed = [fake_run(tmp_path, "mixed-transformer-s0", curve, {"web_blogs": 0.0, "wiki": 0.3}),
+             fake_run(tmp_path, "mixed-mamba2-s0", curve, {"web_blogs": 0.0, "wiki": 0.35})]
+    for rec in mixed:
+        (rec.path / "config.json").write_text(json.dumps({"steps": 50, "batch": 1, "seq_len": 128,
+                                                          "train_domains": ["web_blogs", "wiki"]}))
+    records = [*limited, *(report.load(r.path) for r in mixed)]
+    _, facts = report.verdict_facts(records)
+    lines = report.mixed_section(records, facts)
+    [row] = [line for line in lines if line.startswith("| mamba2 |")]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[1] == "+0.500 (0.100)" and cells[3] == "**+0.050**" and cells[4] == "+0.050"
+    assert cells[5] == "the gap closed: within the spread when mixed"
+    limited_gap = report.gap_to_baseline(limited[2], limited[:2])
+    assert report.mixing_effect(limited_gap, report.gap_to_baseline(limited[2], limited[:2])) \
+        == "a gap in both settings, not smaller when mixed"
+    assert report.mixed_section(limited, facts) == []  # no mixed runs: no section
