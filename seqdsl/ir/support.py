@@ -86,13 +86,13 @@ def fla(key: KernelKey) -> Support:
                    f"a width of at least {FLA_MIN_DIM}, e.g. `{slot[0]} = 64`")
     odd = [(which, n) for which, n in (("key", key.feature_dim), ("value", key.value_cols)) if n & (n - 1)]
     if odd:
-        # fla tiles widths in powers of two and masks the tail; with a tail (a normalised linear
-        # attention's 65 value columns, 66 padded; Based's 273-wide Taylor features) its first
-        # call did not finish in 4.5 minutes on an H100 with Triton 3.6, where 64 and 128 take
-        # seconds (docs/lowering.md, "fla and widths")
+        # a guard, not an explanation: at such widths (a normalised linear attention's 65 value
+        # columns, 66 padded; Based's 273-wide Taylor features) fla's first call did not finish
+        # in 4.5 minutes on an H100 with Triton 3.6, and the cause was not profiled
+        # (docs/lowering.md, "fla and widths")
         which, n = odd[0]
-        reason = (f"{which} width {n} is not a power of two: fla's kernels with such a width did not "
-                  f"finish their first call in minutes on an H100 (Triton 3.6)")
+        reason = (f"{which} width {n} is not a power of two: fla's kernels at such widths did not finish "
+                  f"their first call in minutes on an H100 (Triton 3.6), and are not run until that is understood")
         if which == "value" and n == key.head_dim + 1 and not key.head_dim & (key.head_dim - 1):
             return _no("fla", reason, ("weights",), "`weights = linear` (no normaliser column)")
         if which == "key" and key.feature_dim != key.key_dim:  # the feature map sets the width
