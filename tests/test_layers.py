@@ -22,7 +22,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("lower",),
     ("kernels",),
     ("codegen",),
-    ("reference", "data"),
+    ("reference", "data", "jsonl"),  # jsonl: record files that survive a killed writer
     ("passes",),
     ("parse", "ir"),
     ("errors", "cache_root", "version"),

@@ -69,7 +69,8 @@ def _positive(value: int | None, flag: str) -> None:
 def run(args: argparse.Namespace) -> int:
     from seqdsl.run.rundir import build_model, read_checkpoint
     from seqdsl.eval.metrics import METRICS
-    from seqdsl.run.records import append_records, evaluate_records
+    from seqdsl import jsonl
+    from seqdsl.run.records import evaluate_records
     from seqdsl.eval.sets import run_eval_sets
     from seqdsl.run.device import autocast_dtype, pick_device
 
@@ -110,7 +111,8 @@ def run(args: argparse.Namespace) -> int:
             raise SeqFileError(f"cannot write {args.out}: {err.strerror or err}") from None
         print(f"records: {args.out}")
     elif ckpt.run is not None:
-        append_records(ckpt.run / METRICS, records)
+        if jsonl.append(ckpt.run / METRICS, records):
+            print(f"note: dropped the last line of {ckpt.run / METRICS}, a record cut short by a killed writer")
         print(f"records appended to {ckpt.run / METRICS}")
     else:
         print("records not saved: the checkpoint is not inside a run directory (pass --out FILE)")

@@ -15,6 +15,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from seqdsl import jsonl
 from seqdsl.errors import SeqFileError
 
 METRICS = "metrics.jsonl"
@@ -65,27 +66,14 @@ def read_run(run_dir: str | Path) -> RunMetrics:
     if not run.is_dir():
         raise SeqFileError(f"{run}: no such run directory")
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        numbered, cut = jsonl.read(path)
     except FileNotFoundError:
         raise SeqFileError(f"{run} has no {METRICS}", hint="is this a run directory of `seqdsl train`?") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise SeqFileError(f"cannot read {path}: {err}") from None
     train: dict[int, TrainPoint] = {}
     evals: dict[tuple[int, str, int], EvalPoint] = {}
-    notes = []
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    notes = [cut] if cut else []
+    for number, record in numbered:
         where = f"{path}:{number}"
-        try:
-            record = json.loads(line)
-            if not isinstance(record, dict):
-                raise ValueError("not a JSON object")
-        except ValueError as err:
-            if number == len(lines):
-                notes.append(f"{where}: skipped a truncated last line (the run was killed mid-write?)")
-                continue
-            raise SeqFileError(f"{where}: not a JSON record ({err})") from None
         try:
             if record.get("kind") == "train":
                 _need(record, TRAIN_FIELDS, where)

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from seqdsl.errors import SeqFileError
+from seqdsl import jsonl
 
 RECORDS = "probe.jsonl"
 
@@ -36,46 +36,11 @@ def result_key(record: dict) -> str:
 def read_records(path: str | Path) -> list[dict]:
     """The probe records of a probe.jsonl (none when it does not exist). A last line cut short
     (a sweep killed mid-write) is ignored; a broken line elsewhere is a SeqFileError."""
-    path = Path(path)
-    if not path.is_file():
+    try:
+        records, _ = jsonl.read(path)
+    except FileNotFoundError:
         return []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as err:
-        raise SeqFileError(f"cannot read {path}: {getattr(err, 'strerror', None) or err}") from None
-    records = []
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            if n == len(lines):
-                break
-            raise SeqFileError(f"{path}:{n}: not a JSON record") from None
-        if isinstance(record, dict) and record.get("kind") == "probe":
-            records.append(record)
-    return records
-
-
-def drop_cut_line(path: str | Path) -> bool:
-    """Remove a last line that is not a whole JSON record (a sweep killed mid-write), so that what
-    is appended next does not leave it broken in the middle of the file; whether one was."""
-    path = Path(path)
-    if not path.is_file():
-        return False
-    data = path.read_bytes()
-    body, _, last = data.rstrip(b"\n").rpartition(b"\n")
-    try:
-        json.loads(last)
-        return False
-    except ValueError:  # JSONDecodeError, or bytes that are not UTF-8
-        pass
-    try:
-        path.write_bytes(body + b"\n" if body else b"")
-    except OSError as err:
-        raise SeqFileError(f"cannot repair {path}: {err.strerror or err}") from None
-    return True
+    return [record for _, record in records if record.get("kind") == "probe"]
 
 
 def _percent(x: float | None) -> str:

@@ -23,7 +23,8 @@ from seqdsl.errors import SeqError
 from seqdsl.probe.batch import Plan, ProbeError, Task
 from seqdsl.probe.fit import Settings, score, train
 from seqdsl.probe.model import ProbeModel, build, probe_model
-from seqdsl.probe.records import RECORDS, drop_cut_line, read_records, result_key
+from seqdsl import jsonl
+from seqdsl.probe.records import RECORDS, read_records, result_key
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,6 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
     """Run `jobs`, appending each result to out/probe.jsonl; every record of the sweep (stored
     ones included when resuming), in job order."""
     from seqdsl.run.loss import context_limit
-    from seqdsl.run.records import append_records
 
     path = out / RECORDS
     stored = read_records(path)
@@ -121,7 +121,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
     except OSError as err:
         raise SeqError(f"cannot create {out}: {err.strerror or err}") from None
     progress = Progress(show_progress)
-    if resume and drop_cut_line(path):
+    if resume and jsonl.drop_cut_line(path):
         progress.say(f"note: dropped the last line of {path}, a record cut short")
     results: list[dict] = []
     for n, job in enumerate(jobs, 1):
@@ -150,7 +150,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
             else:
                 s = score(lm, job.task, level, settings, device=device)
                 record.update(accuracy=s.accuracy, exact=s.exact, answers=s.answers, examples=s.examples)
-            append_records(path, [record])
+            jsonl.append(path, [record])
             results.append(record)
             acc = "n/a" if record["accuracy"] is None else f"{100 * record['accuracy']:.1f}%"
             progress.say(f"  {level.label()}: accuracy {acc} (chance {100 * record['chance']:.1f}%)")
