@@ -108,8 +108,6 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
               device: torch.device, resume: bool, show_progress: bool = True) -> list[dict]:
     """Run `jobs`, appending each result to out/probe.jsonl; every record of the sweep (stored
     ones included when resuming), in job order."""
-    from seqdsl.run.loss import context_limit
-
     path = out / RECORDS
     stored = read_records(path)
     if stored and not resume:
@@ -140,7 +138,7 @@ def run_sweep(jobs: list[Job], out: Path, *, settings: Settings, preset: str, ke
         progress.end()
         seconds = time.perf_counter() - started
         tail = losses[-max(1, len(losses) // 10):]  # the last tenth of the steps, every training level
-        limit = context_limit(lm)
+        limit = lm.positions_limit()
         for blank, level in zip(blanks, job.plan.evaluate):
             record = {**blank, "final_loss": sum(tail) / len(tail), "train_seconds": round(seconds, 2),
                       "device": str(device), "date": datetime.date.today().isoformat()}

@@ -39,9 +39,6 @@ from seqdsl.errors import SeqError
 from seqdsl.lower.lm import LanguageModel
 from seqdsl.run.device import autocast
 
-# Relations whose parameters exist for positions 0 .. context-1 only (seqdsl/lower/mixer.py).
-PER_POSITION_RELATIONS = ("random_keys", "positional")
-
 
 class EvalError(SeqError):
     """An evaluation that cannot be run as asked."""
@@ -54,20 +51,12 @@ class DomainLoss:
     tokens: int  # tokens scored (N - 1)
 
 
-def context_limit(model: LanguageModel) -> int | None:
-    """The longest window `model` can score, or None when any length works (from the IR)."""
-    for block in model.blocks:
-        if block.mixer.spec.relation.kind in PER_POSITION_RELATIONS:
-            return model.spec.context
-    return None
-
-
 def check_seq_len(model: LanguageModel, seq_len: int) -> None:
     if seq_len < 1:
         raise EvalError(f"seq_len must be at least 1, got {seq_len}")
-    limit = context_limit(model)
+    limit = model.positions_limit()  # the mixer plans' per_position, from the IR
     if limit is not None and seq_len > limit:
-        kinds = sorted({b.mixer.spec.relation.kind for b in model.blocks} & set(PER_POSITION_RELATIONS))
+        kinds = sorted({m.spec.relation.kind for m in model.mixers() if m.per_position})
         raise EvalError(
             f"model `{model.spec.name}` cannot be evaluated at seq_len {seq_len}: its "
             f"`relation = {kinds[0]}` has per-position parameters for {limit} tokens only",
