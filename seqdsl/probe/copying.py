@@ -23,13 +23,20 @@ from seqdsl.probe.batch import Batch, Level, Plan, ProbeError, Task, randint, ra
 BLANK, SEP = 0, 1
 
 
-class Copy(Task):
-    name = "copy"
+class _Copying(Task):
+    """What both copying tasks share: content tokens 2 .. vocab-1, each answer one of them."""
 
     def __init__(self, vocab: int = 32):
         if vocab < 4:
-            raise ProbeError(f"copy needs a vocabulary of at least 4 tokens, got {vocab}")
+            raise ProbeError(f"{self.name} needs a vocabulary of at least 4 tokens, got {vocab}")
         self.vocab = vocab
+
+    def chance(self, level: Level) -> float:
+        return 1.0 / (self.vocab - 2)
+
+
+class Copy(_Copying):
+    name = "copy"
 
     def check_level(self, level: Level) -> None:
         if level.seq_len != 2 * level.get("length") or level.get("length") < 1:
@@ -49,22 +56,14 @@ class Copy(Task):
         sep = list(prefix).index(SEP)
         return prefix[len(prefix) - 1 - sep]  # i tokens after SEP: the (i+1)-th token of the string
 
-    def chance(self, level: Level) -> float:
-        return 1.0 / (self.vocab - 2)
-
     def plan(self, seq_len: int) -> Plan:
         levels = tuple(Level.of(2 * L, length=L) for L in sorted({max(1, seq_len // 8), max(1, seq_len // 4),
                                                                   max(1, seq_len // 2)}))
         return Plan(train=levels, evaluate=levels)
 
 
-class SelectiveCopy(Task):
+class SelectiveCopy(_Copying):
     name = "selective_copy"
-
-    def __init__(self, vocab: int = 32):
-        if vocab < 4:
-            raise ProbeError(f"selective_copy needs a vocabulary of at least 4 tokens, got {vocab}")
-        self.vocab = vocab
 
     def check_level(self, level: Level) -> None:
         L = level.get("tokens")
@@ -90,9 +89,6 @@ class SelectiveCopy(Task):
         sep = list(prefix).index(SEP)
         content = [x for x in prefix[:sep] if x != BLANK]
         return content[len(prefix) - 1 - sep]
-
-    def chance(self, level: Level) -> float:
-        return 1.0 / (self.vocab - 2)
 
     def plan(self, seq_len: int) -> Plan:
         levels = tuple(Level.of(seq_len, tokens=L) for L in sorted({max(1, seq_len // 16), max(1, seq_len // 8),
