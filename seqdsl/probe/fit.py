@@ -27,9 +27,8 @@ from seqdsl.train.optim import adamw, lr_at, set_lr
 class Settings:
     """How a probe trains and evaluates (recorded with every result; resuming needs them equal)."""
 
-    # measured on a CPU (docs/probes.md): a tiny Transformer++ left MQAR's 1/pairs plateau (2 pairs
-    # in 16 tokens) within ~300 steps of 128 rows at lr 1e-3, while 1000 steps of 32 rows at lr 3e-3
-    # or 1e-2 (32 tokens) left it on the plateau
+    # twice what a tiny Transformer++ needs to leave MQAR's 1/pairs plateau (2 pairs in 16 tokens)
+    # and pass 95% (tests/probe/test_learn.py trains 500 steps of 128 rows at lr 1e-3)
     steps: int = 1000
     batch: int = 128
     lr: float = 1e-3
