@@ -11,7 +11,8 @@ seqdsl's reference; a generated top-k kernel is one more column when the Triton 
 Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean, ties aside):
     moba_k3_c128  MoBA   top(3, over=chunk(128), score=mean, local=true)
     moba_k8_c64   MoBA   top(8, over=chunk(64), score=mean, local=true)
-    nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true: the language's default)
+    nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true, the language's default, kept:
+                         NSA's selected branch always attends its local blocks besides the selected)
 A query of chunk c_i picks the k best *earlier, complete* chunks by q . mean(keys of the chunk)
 and attends their keys plus (local) the causal part of its own chunk; fewer than k earlier
 chunks: all of them. (local = false is implemented and checked too: the own chunk is then a
