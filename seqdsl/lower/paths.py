@@ -63,8 +63,9 @@ from seqdsl.ir.key import Dense, KernelKey
 from seqdsl.lower import backends, verdicts
 from seqdsl.lower.backends import mamba, sdpa
 from seqdsl.lower.backends.base import BackendName, Plan
-from seqdsl.lower.backends.reference import CHUNKED
+from seqdsl.lower.backends.reference import CHUNKED, RECURRENT
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
 
 log = logging.getLogger("seqdsl")
@@ -81,7 +82,15 @@ def _forced_from_env() -> str | None:
 
 
 def _reference(key: KernelKey, reason: str) -> Plan:
-    return Plan(BackendName.REFERENCE, CHUNKED if key.family == "recurrent" else "reference", reason)
+    if key.family != "recurrent":
+        return Plan(BackendName.REFERENCE, "reference", reason)
+    if key.decay_shape in ("vector", "selective") and key.value_cols < rec_ref.SUB_CHUNK:
+        # a per-channel decay makes the chunked form build (c, c, Dk) tensors per sub-chunk of c
+        # steps, c * Dk numbers per step, while a step of the recurrence keeps its state, Dk * Dv:
+        # with values narrower than c (Mamba-1's are 1 wide) the recurrence needs less memory
+        return Plan(BackendName.REFERENCE, RECURRENT, f"{reason}; step by step: with {key.value_cols}-wide values "
+                                                      "and a per-channel decay it needs less memory than chunked")
+    return Plan(BackendName.REFERENCE, CHUNKED, reason)
 
 
 def _backend(offer: support.Support) -> BackendName:

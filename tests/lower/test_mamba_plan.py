@@ -97,6 +97,15 @@ def test_on_cpu_the_reference_runs_and_the_plan_names_the_gpu_kernels():
     assert plan.op == "reference.chunked" and "mamba.ssd" in plan.reason and "CUDA only" in plan.reason
 
 
+def test_narrow_values_with_a_per_channel_decay_run_the_reference_step_by_step():
+    """Mamba-1 (1-wide values, a per-channel decay): the chunked oracle's (c, c, Dk) decay
+    tensors would dwarf the recurrence's state (a tiny probe model ran out of 24 GB chunked);
+    GLA's 128-wide values keep the chunked form."""
+    plan = PathChooser(_library_key("mamba"), "mamba").plan("cpu", torch.float32)
+    assert plan.op == "reference.recurrent" and "1-wide values" in plan.reason
+    assert PathChooser(_library_key("gla"), "gla").plan("cpu", torch.float32).op == "reference.chunked"
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mamba_ssm") is not None, reason="mamba-ssm is installed here")
 def test_without_mamba_ssm_the_gpu_plan_says_so(monkeypatch):
     from seqdsl.lower.backends import fla as fla_backend
