@@ -59,6 +59,7 @@ class Record:
     curve: Curve
     events: dict[str, dict]
     train: list[dict]
+    log: str  # train.log: the commands as they ran and what they printed ("" when absent)
 
     @property
     def final_train_loss(self) -> float:
@@ -78,9 +79,11 @@ def load(path: Path) -> Record:
     setting, spec, seed = path.name.split("-")
     rows = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
     events = {r["event"]: r for r in rows if r["kind"] == "event"}
+    log = path / "train.log"
     return Record(path.name, spec, setting, int(seed.removeprefix("s")), path,
                   json.loads((path / "config.json").read_text()), json.loads((path / "study.json").read_text()),
-                  curve(read_run(path)), events, [r for r in rows if r["kind"] == "train"])
+                  curve(read_run(path)), events, [r for r in rows if r["kind"] == "train"],
+                  log.read_text() if log.exists() else "")
 
 
 # ---------------------------------------------------------------- matched-loss gaps
@@ -263,7 +266,7 @@ def length_table(records: list[Record]) -> list[str]:
 
 def refusal(rec: Record, length: int) -> str:
     """The one-line error `seqdsl eval` gave at this length, from the run's log."""
-    log = (rec.path / "train.log").read_text().splitlines()
+    log = rec.log.splitlines()
     for i, line in enumerate(log):
         if line.startswith("$ seqdsl eval") and f"--seq-len {length} " in line:
             for after in log[i + 1:]:
@@ -283,7 +286,7 @@ def ran_path(rec: Record) -> str:
     display plan in that case, not the fallback: seqdsl/lower/lm.py's describe_paths now
     reports the plan the calls took.)"""
     path = rec.events["paths"]["detail"].split("  ", 1)[1].split(" (")[0] if "paths" in rec.events else "?"
-    failed = SELF_CHECK_FAILED.search((rec.path / "train.log").read_text())
+    failed = SELF_CHECK_FAILED.search(rec.log)
     if failed and failed.group(3) == "the reference":
         mixer = path.split(":")[0]
         return f"`{mixer}: reference` (`{failed.group(1)}` failed its self-check: {failed.group(2)})"
