@@ -32,7 +32,6 @@ import datetime
 import json
 import math
 import os
-import re
 import sys
 import tempfile
 import time
@@ -40,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kernel_bench import compiled_flex, results_stem, write_results  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -161,18 +163,10 @@ def approx_selection_torch(q, k, C: int, scale: float):
 
 
 def flex_runners(q, k, v, C: int, scale: float):
-    import torch
-    import torch._dynamo
-
-    # one compiled flex_attention serves every shape and grad mode: without room to recompile,
-    # dynamo falls back to the eager flex_attention, which materialises the T x T scores
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 256)
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
     B, T, H, D = q.shape
-    compiled = _FLEX_COMPILED.setdefault("fn", torch.compile(flex_attention))
+    compiled = compiled_flex()  # one for every shape and grad mode
     qt, kt, vt = (t.transpose(1, 2) for t in (q, k, v))
 
     def causal(b, h, qi, kv):
@@ -315,16 +309,12 @@ def _named(compile_s: dict) -> dict:
     return {f"{n}/D{d}": s for (n, d), s in compile_s.items()}
 
 
-_FLEX_COMPILED = {}
-
-
 def _flex_train(name, leaves, C, scale):
-    import torch
-    from torch.nn.attention.flex_attention import create_block_mask, flex_attention
+    from torch.nn.attention.flex_attention import create_block_mask
 
     q, k, v = leaves
     B, T, H, D = q.shape
-    compiled = _FLEX_COMPILED.setdefault("fn", torch.compile(flex_attention))
+    compiled = compiled_flex()
     if name == "flex_dense":
         block = create_block_mask(lambda b, h, qi, kv: kv <= qi, None, None, T, T, device=q.device, _compile=True)
     else:
@@ -402,22 +392,15 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = re.search(r"\b([A-Z]+\d+)\b", name)  # "NVIDIA H100 80GB HBM3" -> h100
-    tag = "smoke" if args.smoke else (model.group(1) if model else "cuda").lower()
-    stem = f"bench_top1_{tag}_{date[:10]}"
+    stem = results_stem("bench_top1", name, "cuda", date, args.smoke)
 
     def save(rows, compile_s, check=(), partial=True) -> dict:
-        """Write the JSON and the table (each replaced whole: a reader never sees half a file)."""
         rows = [dict(r) for r in rows]
         speedups(rows)
         result = dict(device=name, date=date, torch=torch.__version__, triton=triton.__version__,
                       gemm_tflops=gemm, tokens=args.tokens, chunk=args.chunk, rows=rows, compile_s=compile_s,
                       check=list(check), partial=partial)
-        for suffix, text in ((".json", json.dumps(result, indent=1)), (".md", markdown(result))):
-            tmp = out / f"{stem}{suffix}.tmp"
-            tmp.write_text(text)
-            tmp.replace(out / f"{stem}{suffix}")
-        return result
+        return write_results(out, stem, result, json.dumps(result, indent=1), markdown(result))
 
     rows, compile_s = measure(args, device, save)
     check = run_check([int(x) for x in args.dims.split(",")], device, args.chunk, args.check_dtypes) if args.check else []

@@ -76,7 +76,6 @@ import dataclasses
 import datetime
 import json
 import os
-import re
 import sys
 import tempfile
 import time
@@ -85,6 +84,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from kernel_bench import compiled_flex, results_stem, write_results  # noqa: E402
 
 
 @dataclasses.dataclass(frozen=True)
@@ -280,7 +281,7 @@ class FlexSelected:
         self.mask_mod = mask_mod
         from torch.nn.attention.flex_attention import flex_attention
 
-        self.flex = _compiled_flex() if compiled else flex_attention
+        self.flex = compiled_flex() if compiled else flex_attention
 
     def block_mask(self, q, k):
         import torch
@@ -306,22 +307,6 @@ class FlexSelected:
         bm = self.block_mask(q.detach(), k.detach())
         out = self.flex(*(t.transpose(1, 2) for t in (q, k, v)), block_mask=bm, scale=scale, enable_gqa=self.gqa)
         return out.transpose(1, 2)
-
-
-_FLEX = {}
-
-
-def _compiled_flex():
-    import torch
-    import torch._dynamo
-
-    # one compiled flex_attention serves every shape and grad mode (as in bench_top1.py)
-    for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(torch._dynamo.config, name):
-            setattr(torch._dynamo.config, name, 256)
-    from torch.nn.attention.flex_attention import flex_attention
-
-    return _FLEX.setdefault("fn", torch.compile(flex_attention))
 
 
 def fla_indices(q, k, case: Case, *, dtype=None):
@@ -847,26 +832,19 @@ def main(argv=None) -> int:
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    model = re.search(r"\b([A-Z]+\d+)\b", name)  # "NVIDIA H100 80GB HBM3" -> h100
-    tag = "smoke" if args.smoke else (model.group(1).lower() if model else device.type)
-    stem = f"bench_topk_{tag}_{date[:10]}"
+    stem = results_stem("bench_topk", name, device.type, date, args.smoke)
     if args.cases != ",".join(CASES):
         stem += "_" + "_".join(c.name for c in cases)
     if args.suffix:
         stem += "_" + args.suffix
 
     def save(rows, check=(), partial=True) -> dict:
-        """Write the JSON and the table (each replaced whole: a reader never sees half a file)."""
         rows = [dict(r) for r in rows]
         ratios(rows)
         result = dict(device=name, date=date, torch=torch.__version__, triton=triton.__version__,
                       tokens=args.tokens, args=vars(args), cases=[dataclasses.asdict(c) for c in cases],
                       baseline=BASELINE, rows=rows, check=list(check), published=PUBLISHED, partial=partial)
-        for suffix, text in ((".json", json.dumps(result, indent=1)), (".md", markdown(result))):
-            tmp = out / f"{stem}{suffix}.tmp"
-            tmp.write_text(text)
-            tmp.replace(out / f"{stem}{suffix}")
-        return result
+        return write_results(out, stem, result, json.dumps(result, indent=1), markdown(result))
 
     check = run_check(checked, device, args) if args.check else []
     if check and not all(c["ok"] is not False for c in check):
