@@ -6,6 +6,19 @@ out="${OUT:-benchmarks/results}"
 mkdir -p "$out"
 py="${PYTHON:-python}"
 date_tag="$(date -u +%Y-%m-%d)"
+# the wheels carried in .whl/ (lark, pydantic, datasets, fla: docs/training.md) go to /tmp/site,
+# which every round script puts on the path: a later call on the same machine finds them
+export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+
+install_packages() {  # install_packages LOGDIR: the carried wheels, then seqdsl in place; 1 on failure
+    if ls .whl/*.whl > /dev/null 2>&1; then
+        "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+            .whl/*.whl > "$1/wheels.log" 2>&1 || { echo "wheel install failed:"; tail -n 5 "$1/wheels.log"; return 1; }
+    fi
+    # an editable install also maps seqdsl.kernels and seqdsl.codegen, which live at the top of the repo
+    "$py" -m pip install -q --no-deps --no-build-isolation -e . > "$1/install.log" 2>&1 \
+        || { echo "install failed:"; tail -n 5 "$1/install.log"; return 1; }
+}
 
 # mamba-ssm for this GPU only: a wheel built by an earlier round and carried back in .mambawhl/
 # (split in parts under 16 MiB, the device tool's limit on a returned file), else built from the

@@ -10,8 +10,8 @@
 #   kernels  bench_top1.py (8K, 32K; D 64, 128) and bench_topk.py (one run per case, --check
 #            first), on the last GPU of GPUS
 # Phases in STEPS (default "tests train"); train and kernels run at the same time when their GPUs
-# differ. Needs the packages installed (experiments/study_gpu.sh stage does it) and, for train,
-# DATA holding web_blogs/ (one shard is used) and tokenizers/gpt-neox-20b/tokenizer.json.
+# differ. Installs the wheels carried in .whl/ and seqdsl (gpu_round_common.sh); for train, DATA
+# holds web_blogs/ (one shard is used) and tokenizers/gpt-neox-20b/tokenizer.json.
 #     DATA=/tmp/study/data bash benchmarks/regression_gpu_round.sh
 #     GPUS=3 STEPS="train kernels" TESTS_K=mamba DATA=/tmp/study/data bash benchmarks/regression_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
@@ -20,6 +20,7 @@ steps="${STEPS:-tests train}"
 IFS=, read -r -a gpus <<< "${GPUS:-$(nvidia-smi --query-gpu=index --format=csv,noheader | paste -sd,)}"
 work="$(mktemp -d)"
 export SEQDSL_CACHE_DIR="$work/cache"
+install_packages "$out" || exit 1
 has() { [[ " $steps " == *" $1 "* ]]; }
 
 run_tests() {

@@ -7,7 +7,7 @@
 #     bash benchmarks/top1_ab_prepare.sh REV && bash benchmarks/top1_ab_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
 [ -e .ab/before/REVISION ] || { echo "no .ab/before: run benchmarks/top1_ab_prepare.sh REV first"; exit 2; }
-"$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || echo "install failed (see install.log)"
+install_packages "$out"
 for side in before after; do
     mkdir -p "$out/$side"
     export SEQDSL_CACHE_DIR="$(mktemp -d)"

@@ -8,13 +8,8 @@
 # TEST_TIMEOUT (default 220 s) caps the tests: the 12 took 178-243 s on an H100 (2026-11-23).
 # Results (JSON, markdown, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
 #     bash benchmarks/top1_gpu_round.sh
-set -u
-cd "$(dirname "$0")/.."
-out="${OUT:-benchmarks/results}"
-mkdir -p "$out"
-py="${PYTHON:-python}"
-# seqdsl.kernels and seqdsl.codegen live at the top of the repo: an editable install maps them
-"$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || echo "install failed (see install.log)"
+source "$(dirname "$0")/gpu_round_common.sh"
+install_packages "$out"
 "$py" -c "import seqdsl.kernels, seqdsl.codegen as c; print('kernels from', seqdsl.kernels.__file__, 'templates', c.TEMPLATE_DIR)"
 export SEQDSL_CACHE_DIR="$(mktemp -d)"
 # -v -s: each test's largest errors are logged as it passes, so a time cap keeps those already run

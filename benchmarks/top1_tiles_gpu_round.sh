@@ -7,7 +7,7 @@
 # fields (e.g. WHERE=FUSE_DQ=1). Results go to $OUT when set.
 #     bash benchmarks/top1_tiles_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
-"$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || echo "install failed (see install.log)"
+install_packages "$out"
 export SEQDSL_CACHE_DIR="$(mktemp -d)"
 timeout 520 "$py" benchmarks/sweep_top1_tiles.py --sites "${SITES:-element.bwd_dkdv,element.fwd,chunk.bwd}" \
     --kernels "${KERNELS:-top1_element,top1_chunk_exact,top1_chunk_approx}" --where "${WHERE:-}" \

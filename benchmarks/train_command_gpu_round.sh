@@ -9,12 +9,7 @@
 # SPECS picks the specs (default transformer,top1_chunk_approx); STEPS the optimizer steps.
 #     bash benchmarks/train_command_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
-if ls .whl/*.whl > /dev/null 2>&1; then
-    "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-        > "$out/wheels.log" 2>&1 || echo "wheel install failed (see wheels.log)"
-    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-"$py" -m pip install -q --no-deps --no-build-isolation -e . > "$out/install.log" 2>&1 || echo "install failed (see install.log)"
+install_packages "$out"
 "$py" -c "import torch, triton, seqdsl, datasets, pyarrow; print('torch', torch.__version__, 'triton', triton.__version__, 'datasets', datasets.__version__, 'pyarrow', pyarrow.__version__, 'cores', __import__('os').cpu_count())"
 export SEQDSL_CACHE_DIR="$(mktemp -d)"
 data="$PWD/.gpudata/data"

@@ -11,14 +11,13 @@
 #                                                 # then poll as below
 #   bash experiments/study_gpu.sh poll SECONDS    # progress until SECONDS pass or the study ends
 # Records (never checkpoints) come back in $OUT/study_records.tar.gz.
-set -u
-cd "$(dirname "$0")/.."
+source "$(dirname "$0")/../benchmarks/gpu_round_common.sh"  # the repository root, install_packages
 root=/tmp/study
 data="$root/data"
 runs="$root/runs"
 out="${OUT:-$root/out}"
 mkdir -p "$data" "$runs" "$out"
-export SEQDSL_CACHE_DIR="$root/cache" PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+export SEQDSL_CACHE_DIR="$root/cache" PYTHONUNBUFFERED=1
 
 stage() {  # merge the carried part(s) into one folder per domain
     for part in .study/*/; do cp -r "$part". "$data"/; done
@@ -26,12 +25,7 @@ stage() {  # merge the carried part(s) into one folder per domain
 }
 
 install() {
-    if ls .whl/*.whl > /dev/null 2>&1; then
-        python -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-            > "$root/wheels.log" 2>&1 || { echo "wheel install failed"; tail -5 "$root/wheels.log"; exit 1; }
-    fi
-    python -m pip install -q --no-deps --no-build-isolation -e . > "$root/install.log" 2>&1 \
-        || { echo "install failed"; tail -5 "$root/install.log"; exit 1; }
+    install_packages "$root" || exit 1
     python -c "import torch, triton, seqdsl, datasets, tokenizers; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.device_count(), 'x', torch.cuda.get_device_name(0), 'cores', __import__('os').cpu_count())"
 }
 
