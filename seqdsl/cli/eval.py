@@ -67,9 +67,9 @@ def _positive(value: int | None, flag: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from seqdsl import jsonl
     from seqdsl.run.rundir import build_model, read_checkpoint
     from seqdsl.eval.metrics import METRICS
-    from seqdsl import jsonl
     from seqdsl.run.records import evaluate_records
     from seqdsl.eval.sets import run_eval_sets
     from seqdsl.run.device import autocast_dtype, pick_device

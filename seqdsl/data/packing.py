@@ -84,6 +84,7 @@ class PackedSequences:
 
     def _pieces_of(self, domain: str) -> Iterator[str]:
         return training_pieces((doc for doc in self.documents() if doc.domain == domain), self.heldout)
+
     def _fill(self, need: int) -> None:
         while self._buffered < need:
             epoch, index, tokens = next(self._docs)

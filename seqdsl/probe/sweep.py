@@ -19,11 +19,11 @@ from pathlib import Path
 
 import torch
 
+from seqdsl import jsonl
 from seqdsl.errors import SeqError
 from seqdsl.probe.batch import Plan, ProbeError, Task
 from seqdsl.probe.fit import Settings, score, train
 from seqdsl.probe.model import ProbeModel, build, probe_model
-from seqdsl import jsonl
 from seqdsl.probe.records import RECORDS, read_records, result_key
 
 
