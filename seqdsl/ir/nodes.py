@@ -18,7 +18,7 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union, get_args
+from typing import Annotated, ClassVar, Literal, TypedDict, Union, get_args
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
@@ -491,7 +491,16 @@ class Model(Node):
 
 
 # Sizes of the presets a model may start from (`preset = "110m"`); explicit fields override.
-PRESET_SIZES: dict[str, dict[str, object]] = {
+class PresetSizes(TypedDict):
+    """The model sizes a preset sets."""
+
+    layers: int
+    d_model: int
+    vocab: int
+    context: int
+
+
+PRESET_SIZES: dict[str, PresetSizes] = {
     "tiny": {"layers": 2, "d_model": 128, "vocab": 256, "context": 256},
     "110m": {"layers": 12, "d_model": 768, "vocab": 50277, "context": 2048},
     "1.3b": {"layers": 24, "d_model": 2048, "vocab": 50277, "context": 2048},

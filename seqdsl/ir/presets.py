@@ -46,7 +46,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TypedDict
 
 import pydantic
 
@@ -94,27 +93,9 @@ def preset_name(name: str, preset: str) -> str:
     return f"{_SIZE_SUFFIX.sub('', name)}_{preset.replace('.', '_')}"
 
 
-class _PresetSizes(TypedDict):
-    """A preset's sizes (`nodes.PRESET_SIZES`), typed."""
-
-    layers: int
-    d_model: int
-    vocab: int
-    context: int
-
-
-def _preset_sizes(preset: str) -> _PresetSizes:
-    """`nodes.PRESET_SIZES[preset]` (KeyError for an unknown preset) as a fresh, typed dict."""
-    sizes = nodes.PRESET_SIZES[preset]
-
-    def size(name: str) -> int:
-        value = sizes[name]
-        if not isinstance(value, int):
-            raise TypeError(f"preset {preset}: {name} is {value!r}, not a whole number")
-        return value
-
-    return _PresetSizes(layers=size("layers"), d_model=size("d_model"), vocab=size("vocab"),
-                       context=size("context"))
+def _preset_sizes(preset: str) -> nodes.PresetSizes:
+    """`nodes.PRESET_SIZES[preset]` (KeyError for an unknown preset) as a fresh dict."""
+    return nodes.PRESET_SIZES[preset].copy()
 
 
 def preset_layers(model: nodes.Model, preset: str) -> tuple[int, list[str]]:
