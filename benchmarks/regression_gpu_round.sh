@@ -4,7 +4,8 @@
 # capped at CAP seconds (default 400):
 #   tests    pytest -m gpu tests/kernels tests/lower, the test ids dealt round-robin over GPUS
 #            (one pytest per GPU; the mamba-ssm tests skip unless it imports; TESTS_K narrows
-#            them with -k)
+#            them with -k); a test still running after TEST_TIMEOUT seconds (default 150) fails
+#            and its GPU goes on with the next (SEQDSL_TEST_TIMEOUT, tests/conftest.py)
 #   train    bench_train_command.py transformer, then linear_attention (fla's odd-width padding):
 #            `seqdsl train` on real text vs its benchmark, on the first GPU of GPUS
 #   kernels  bench_top1.py (8K, 32K; D 64, 128) and bench_topk.py (one run per case, --check
@@ -31,14 +32,15 @@ run_tests() {
     for i in "${!gpus[@]}"; do
         awk -v n="${#gpus[@]}" -v i="$i" '(NR - 1) % n == i' "$work/ids" > "$work/ids_$i"
         # every line stamped with the time: a log cut by the cap still says what took long
-        CUDA_VISIBLE_DEVICES="${gpus[$i]}" timeout "$cap" "$py" -m pytest -v -s -p no:cacheprovider --durations=15 \
+        SEQDSL_TEST_TIMEOUT="${TEST_TIMEOUT:-150}" CUDA_VISIBLE_DEVICES="${gpus[$i]}" timeout "$cap" "$py" -m pytest -v -s -p no:cacheprovider --durations=15 \
             $(cat "$work/ids_$i") 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done \
             > "$out/gpu_tests_$i.log" &
     done
     wait
     for i in "${!gpus[@]}"; do
         echo "== GPU ${gpus[$i]}: $(wc -l < "$work/ids_$i") tests"
-        grep -e FAILED -e ERROR -e XFAIL -e " passed" -e " failed" -e "no tests ran" "$out/gpu_tests_$i.log" | tail -n 8
+        grep -e FAILED -e ERROR -e XFAIL -e " passed" -e " failed" -e "no tests ran" -e "still running after" \
+            "$out/gpu_tests_$i.log" | tail -n 12
         grep -q -e " passed" -e " failed" "$out/gpu_tests_$i.log" || { echo "cut by the cap at:"; tail -n 2 "$out/gpu_tests_$i.log"; }
     done
 }

@@ -37,6 +37,34 @@ if not os.environ.get("TRITON_INTERPRET"):
     if not torch.cuda.is_available():
         os.environ["TRITON_INTERPRET"] = "1"
 
+# SEQDSL_TEST_TIMEOUT=N (seconds) fails a test still running after N seconds and goes on with the
+# next: a GPU round (benchmarks/regression_gpu_round.sh) deals many tests to one process per GPU,
+# and one kernel stuck in its first call used to leave every test queued behind it unrun. The
+# alarm interrupts Python code (compilation, autotuning loops), not a call stuck inside C.
+TEST_TIMEOUT = int(os.environ.get("SEQDSL_TEST_TIMEOUT", "0") or 0)
+
+
+class TimedOut(Exception):
+    """A test ran past SEQDSL_TEST_TIMEOUT."""
+
+
+if TEST_TIMEOUT > 0:
+    import signal
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_call(item):
+        def stop(signum, frame):
+            raise TimedOut(f"{item.nodeid} still running after SEQDSL_TEST_TIMEOUT={TEST_TIMEOUT} s")
+
+        previous = signal.signal(signal.SIGALRM, stop)
+        signal.alarm(TEST_TIMEOUT)
+        try:
+            yield
+        finally:
+            signal.alarm(0)
+            signal.signal(signal.SIGALRM, previous)
+
+
 IN_CI = os.environ.get("CI", "").lower() not in ("", "0", "false")
 settings.register_profile("ci", max_examples=25, deadline=None, derandomize=IN_CI)
 settings.register_profile("thorough", max_examples=500, deadline=None)
