@@ -103,7 +103,9 @@ def _visible(mixer: nodes.Mixer, context: int) -> int:
     vis = mixer.visibility
     if isinstance(vis, nodes.Full):
         return context
-    if isinstance(vis, (nodes.Window, nodes.ChunkLocal)):
+    if isinstance(vis, nodes.Window):  # the last query's window and the sink tokens before it
+        return min(vis.size + vis.sink, context)
+    if isinstance(vis, nodes.ChunkLocal):
         return min(vis.size, context)
     raise TypeError(f"unhandled visibility {vis!r}")
 

@@ -28,13 +28,14 @@ def finite_window(ctx: MixerContext):
     and passes.
 
     Sink tokens (`window(w, sink=n)`) keep the first n tokens visible too, and that is all:
-    every token between the sinks and the window stays out of reach, so the verdict stands.
+    every token between the sinks and the window stays out of reach, so the verdict stands
+    unless w + n reaches the context (then the window and the sinks meet).
 
     Fix: use `visibility = full`, or a window no shorter than the context. To keep attention
     cheap, select instead of truncating: `select = top(1, over=chunk(128))` keeps every token
     reachable."""
     vis = ctx.mixer.visibility
-    if isinstance(vis, nodes.Window) and vis.size < ctx.context:
+    if isinstance(vis, nodes.Window) and vis.size + vis.sink < ctx.context:  # else window and sinks meet
         seen = (f"the last {vis.size} tokens and the first {vis.sink}, at most "
                 f"{percent(vis.size + vis.sink, ctx.context)}" if vis.sink else
                 f"the last {vis.size} tokens, {percent(vis.size, ctx.context)}")

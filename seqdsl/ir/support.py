@@ -84,7 +84,7 @@ def fla(key: KernelKey) -> Support:
         return _no("fla", f"key/value widths {key.feature_dim}x{key.value_cols} are below fla's "
                           f"{FLA_MIN_DIM}-wide tiles", slot,
                    f"a width of at least {FLA_MIN_DIM}, e.g. `{slot[0]} = 64`")
-    odd = [(which, n) for which, n in (("key", key.feature_dim), ("value", key.value_cols)) if n & (n - 1)]
+    odd = [(which, n) for which, n in (("key", key.feature_dim), ("value", key.value_cols)) if not _pow2(n)]
     if odd:
         # a guard, not an explanation: at such widths (a normalised linear attention's 65 value
         # columns, 66 padded; Based's 273-wide Taylor features) fla's first call did not finish
@@ -93,7 +93,7 @@ def fla(key: KernelKey) -> Support:
         which, n = odd[0]
         reason = (f"{which} width {n} is not a power of two: fla's kernels at such widths did not finish "
                   f"their first call in minutes on an H100 (Triton 3.6), and are not run until that is understood")
-        if which == "value" and n == key.head_dim + 1 and not key.head_dim & (key.head_dim - 1):
+        if which == "value" and key.weights == "normalized_linear" and _pow2(key.head_dim):
             return _no("fla", reason, ("weights",), "`weights = linear` (no normaliser column)")
         if which == "key" and key.feature_dim != key.key_dim:  # the feature map sets the width
             return _no("fla", reason, ("relation", "feature"), "a feature map that keeps the key width, "

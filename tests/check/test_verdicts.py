@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from seqdsl import load
+from seqdsl import load, loads
 from seqdsl.check import check_paths, check_program
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"
@@ -160,3 +160,13 @@ def test_stateful_family_fails_on_state_and_weights(reports, name):
     assert severities["V003"] == "info"
     assert severities["V004"] == severities["N001"] == "error"
 
+
+
+@pytest.mark.parametrize("sink, fails", [(0, True), (99, True), (100, False)])
+def test_a_window_whose_sinks_reach_it_sees_every_token(sink, fails):
+    """window(156, sink=n) at a 256-token context: every earlier token is in the window or among
+    the sinks once 156 + n >= 256, and V001 no longer applies."""
+    text = (f"mixer m {{ heads = 2  head_dim = 16  visibility = window(156, sink = {sink}) }}\n"
+            "model m_m { mixer = m  layers = 1  d_model = 32  vocab = 64  context = 256 }\n")
+    report = check_program(loads(text, "t.seq"))
+    assert ("V001" in {d.code for d in report.diagnostics}) is fails
