@@ -43,9 +43,13 @@ class PackedSequences:
     """Endless packed sequences of (T + 1) tokens from `documents()` (called once per epoch)."""
 
     def __init__(self, documents: Callable[[], Iterator[Document]], encode: Callable[[str], list[int]],
-                 eos_id: int, seq_len: int, heldout: float, cursor: Cursor = Cursor()):
+                 eos_id: int, seq_len: int, heldout: float, cursor: Cursor = Cursor(), *,
+                 mixed: bool | None = None):
         self.documents, self.encode, self.eos_id = documents, encode, eos_id
         self.seq_len, self.heldout = seq_len, heldout
+        # several training domains (interleaved)? False skips the pass that finds out; None makes it
+        self.mixed = mixed
+        self._stream_order: tuple[list[str], list[int]] | None = None  # domains, a label per piece
         self.cursor = cursor  # where the next sequence starts
         self._segments: deque[list] = deque()  # [epoch, doc index, start offset, tokens]
         self._buffered = 0  # tokens in _segments from their start offsets on
@@ -67,20 +71,29 @@ class PackedSequences:
 
     def _epoch_pieces(self) -> Iterator[str]:
         """One epoch's training pieces in stream order: the source's, with several domains
-        interleaved (seqdsl/data/mixing.py). A first pass reads every piece's domain and size;
-        then one reader per domain follows the mixed order, so no epoch is held in memory."""
-        labels: dict[str, int] = {}
+        interleaved (seqdsl/data/mixing.py), one reader per domain following the order, so no
+        epoch is held in memory."""
+        if self.mixed is not False and self._stream_order is None:
+            self._stream_order = self._mixed_labels()
+        if self._stream_order is None or len(self._stream_order[0]) <= 1:
+            yield from training_pieces(self.documents(), self.heldout)
+            return
+        names, labels = self._stream_order
+        readers = [self._pieces_of(name) for name in names]
+        for label in labels:
+            yield next(readers[label])
+
+    def _mixed_labels(self) -> tuple[list[str], list[int]]:
+        """(the domains, each piece's domain in stream order), from one pass over every piece's
+        domain and size; made once per stream, since the order is the same every epoch."""
+        numbers: dict[str, int] = {}
         domains, sizes = [], []
         for doc in self.documents():
             for piece in split_heldout(doc.text, self.heldout)[0]:
-                domains.append(labels.setdefault(doc.domain, len(labels)))
+                domains.append(numbers.setdefault(doc.domain, len(numbers)))
                 sizes.append(piece_bytes(piece))
-        if len(labels) == 1:
-            yield from training_pieces(self.documents(), self.heldout)
-            return
-        readers = [self._pieces_of(name) for name in labels]  # labels number the domains in order
-        for i in mixed_order(np.array(domains, dtype=np.int64), np.array(sizes, dtype=np.int64)):
-            yield next(readers[domains[i]])
+        order = mixed_order(np.array(domains, dtype=np.int64), np.array(sizes, dtype=np.int64))
+        return list(numbers), [domains[i] for i in order]
 
     def _pieces_of(self, domain: str) -> Iterator[str]:
         return training_pieces((doc for doc in self.documents() if doc.domain == domain), self.heldout)

@@ -72,7 +72,8 @@ class RunData:
         if show_progress:
             say(f"data: {self.source.describe()} is tokenized on the fly (not cached)")
         return PackedSequences(lambda: self.source.documents(self.train_domains), tokenizer.encode,
-                               tokenizer.eos_id, seq_len, self.config.heldout, cursor)
+                               tokenizer.eos_id, seq_len, self.config.heldout, cursor,
+                               mixed=len(self.train_domains) > 1)
 
     def heldout_sets(self, tokenizer) -> dict[str, EvalSet]:
         """The held-out evaluation set of every evaluated domain (seqdsl/data/heldout.py)."""
