@@ -33,7 +33,7 @@ run_tests() {
         awk -v n="${#gpus[@]}" -v i="$i" '(NR - 1) % n == i' "$work/ids" > "$work/ids_$i"
         # every line stamped with the time: a log cut by the cap still says what took long
         SEQDSL_TEST_TIMEOUT="${TEST_TIMEOUT:-150}" CUDA_VISIBLE_DEVICES="${gpus[$i]}" timeout "$cap" "$py" -m pytest -v -s -p no:cacheprovider --durations=15 \
-            $(cat "$work/ids_$i") 2>&1 | while IFS= read -r line; do printf '%(%T)T %s\n' -1 "$line"; done \
+            $(cat "$work/ids_$i") 2>&1 | while IFS= read -r line || [ -n "$line" ]; do printf '%(%T)T %s\n' -1 "$line"; done \
             > "$out/gpu_tests_$i.log" &
     done
     wait

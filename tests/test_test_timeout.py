@@ -13,7 +13,8 @@ SLOW_THEN_FAST = "import time\n\ndef test_stuck():\n    time.sleep(30)\n\ndef te
 
 
 def _pytest(tmp_path: Path, timeout: str | None) -> subprocess.CompletedProcess:
-    (tmp_path / "test_stuck.py").write_text(SLOW_THEN_FAST if timeout else SLOW_THEN_FAST.replace("30", "0.1"))
+    # unset, the "stuck" test sleeps past the 1 s the other case allows, and must not be cut
+    (tmp_path / "test_stuck.py").write_text(SLOW_THEN_FAST if timeout else SLOW_THEN_FAST.replace("30", "2"))
     env = {k: v for k, v in os.environ.items() if k != "SEQDSL_TEST_TIMEOUT"}
     if timeout:
         env["SEQDSL_TEST_TIMEOUT"] = timeout

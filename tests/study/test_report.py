@@ -130,7 +130,11 @@ def test_the_mixed_setting_is_compared_with_the_limited_gap_over_the_same_domain
     cells = [c.strip() for c in row.strip("|").split("|")]
     assert cells[1] == "+0.500 (0.100)" and cells[3] == "**+0.050**" and cells[4] == "+0.050"
     assert cells[5] == "the gap closed: within the spread when mixed"
-    limited_gap = report.gap_to_baseline(limited[2], limited[:2])
-    assert report.mixing_effect(limited_gap, report.gap_to_baseline(limited[2], limited[:2])) \
+    limited_gap = report.gap_to_baseline(limited[2], limited[:2])  # +0.5, spread 0.1
+    wider = fake_run(tmp_path, "mixed-wide-s0", curve, {"web_blogs": 0.0, "wiki": 0.9})  # +0.6 when mixed
+    assert report.mixing_effect(limited_gap, report.gap_to_baseline(wider, [mixed[0]])) \
         == "a gap in both settings, not smaller when mixed"
+    narrower = fake_run(tmp_path, "mixed-narrow-s0", curve, {"web_blogs": 0.0, "wiki": 0.6})  # +0.3 when mixed
+    assert report.mixing_effect(limited_gap, report.gap_to_baseline(narrower, [mixed[0]])) \
+        == "a gap in both settings, smaller when mixed"
     assert report.mixed_section(limited, facts) == []  # no mixed runs: no section
