@@ -88,7 +88,7 @@ def fla(key: KernelKey) -> Support:
     if odd:
         # a guard, not an explanation: at such widths (a normalised linear attention's 65 value
         # columns, 66 padded; Based's 273-wide Taylor features) fla's first call did not finish
-        # in 4.5 minutes on an H100 with Triton 3.6, and the cause was not profiled
+        # in over 4.5 minutes on an H100 with Triton 3.6, and the cause was not profiled
         # (docs/lowering.md, "fla and widths")
         which, n = odd[0]
         reason = (f"{which} width {n} is not a power of two: fla's kernels at such widths did not finish "
