@@ -94,10 +94,9 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     q, k, v = _prepare(q, k, v)
     if q.shape[1] != 1:
         raise ValueError(f"decode takes one query row, got {q.shape[1]}")
-    share = key.heads // key.kv_groups  # query heads per key/value head, from the key
     H = q.shape[2]
-    if H % share or k.shape[2] not in (H // share, H) or v.shape[2] != k.shape[2]:
-        raise ValueError(f"decode takes a cache of {H // share} key/value heads for {H} query heads "
+    if k.shape[2] not in (key.kv_groups, H) or v.shape[2] != k.shape[2]:
+        raise ValueError(f"decode takes a cache of {key.kv_groups} key/value heads for {H} query heads "
                          f"(or {H}), got k {tuple(k.shape)}, v {tuple(v.shape)}")
     kv_group = H // k.shape[2]
     with torch.no_grad():
@@ -112,7 +111,7 @@ def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     if sel.over == "element":
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
                                          grad=sel.grad, value_grad=sel.value_grad)
-    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(selection(key)), scale=key.scale, k_top=sel.k,
+    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
                                    temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
 
 
@@ -137,7 +136,7 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     gradient, random inputs over a few chunks with a partial last one); else (False, why). The
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
     sel = selection(key)
-    T = 2 * chunk_size(selection(key)) + 5 if sel.over == "chunk" else 77
+    T = 2 * chunk_size(sel) + 5 if sel.over == "chunk" else 77
     draw = selfcheck.Draws(device)
     q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
     return selfcheck.self_check(

@@ -20,7 +20,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 
@@ -59,13 +58,6 @@ class RecallSplit:
     @property
     def other_loss(self) -> float | None:
         return self.other_nll / self.other_tokens if self.other_tokens else None
-
-
-def recall_split(logits: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit:
-    """The loss of (B, S, V) `logits` against `targets`, split into recall and other tokens."""
-    logits = logits.to(torch.promote_types(logits.dtype, torch.float32))
-    nll = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").double()
-    return split_nll(nll.view_as(targets), inputs, targets)
 
 
 def split_nll(nll: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit:
