@@ -1,0 +1,222 @@
+"""The probe sweep of docs/probe_results.md: every spec of specs/ on every probe task, with
+`seqdsl probe` itself, spread over GPUs and worker processes.
+
+A unit is one (spec, task, seed): one `seqdsl probe SPEC --tasks TASK --seed S` with the sweep's
+settings (SETTINGS), in its own output folder. Tiny models leave a GPU mostly idle, so several
+workers share one. Units are claimed with an atomic mkdir, so a second `run` on other GPUs (a GPU
+freed by another job) joins the same sweep without repeating work; a unit that ran past
+--timeout is recorded as such and left for `--retry`.
+
+    python experiments/probe_sweep.py plan                              # the units and a command
+    python experiments/probe_sweep.py run --out ROOT --gpus 3 --workers 4 [--until EPOCH_S]
+    python experiments/probe_sweep.py status --out ROOT
+    python experiments/probe_sweep.py collect --out ROOT                # -> docs/probe_results/
+
+`collect` merges the units' probe.jsonl into docs/probe_results/probe.jsonl and their wall times
+into units.jsonl; experiments/probe_report.py turns them into docs/probe_results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import shlex
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+DEST = REPO / "docs" / "probe_results"
+# Most telling first: if the machine goes back, the recall tasks of every spec are in.
+TASK_ORDER = ("mqar", "copy", "selective_copy", "needle", "induction", "a5", "s5")
+SETTINGS = ("--seq-len", "32", "--steps", "2000", "--batch", "128", "--lr", "1e-3", "--preset", "tiny")
+# Extra seeds measure the spread a gap is judged against (the reference spec only: a whole
+# library per seed does not fit one session's GPU time).
+SPREAD_SEEDS = {"transformer": (1, 2)}
+# The sweep measures what each mixer can learn, so it runs the reference path, the spec's
+# meaning (docs/lowering.md); the fast paths are held to it by tests. It also keeps a worker
+# clear of first-call compiles and fla's stalls (docs/lowering.md, Paths).
+ENV = {"SEQDSL_PATH": "reference", "PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True)
+class Unit:
+    spec: str  # a file of specs/, without .seq
+    task: str
+    seed: int = 0
+
+    @property
+    def name(self) -> str:
+        return f"{self.spec}-{self.task}-s{self.seed}"
+
+    def command(self, out: Path, extra: tuple[str, ...] = ()) -> list[str]:
+        """`extra` (a dry run on a CPU: --device cpu --steps 2) goes last, so it wins."""
+        return ["seqdsl", "probe", f"specs/{self.spec}.seq", "--tasks", self.task, *SETTINGS,
+                "--seed", str(self.seed), "--device", "cuda", "--quiet", "--no-plot", "--resume",
+                "--out", str(out), *extra]
+
+
+def library() -> list[str]:
+    specs = sorted(p.stem for p in (REPO / "specs").glob("*.seq"))
+    return sorted(specs, key=lambda s: s != "transformer")  # the reference first
+
+
+def units(specs: list[str] | None = None) -> list[Unit]:
+    specs = specs or library()
+    return [Unit(s, t, seed) for t in TASK_ORDER for s in specs for seed in (0, *SPREAD_SEEDS.get(s, ()))]
+
+
+def outcome(root: Path, unit: Unit) -> dict | None:
+    try:
+        return json.loads((root / "units" / unit.name / "unit.json").read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+
+
+def claim(root: Path, unit: Unit, retry: bool) -> bool:
+    """Take `unit` for this process: False when it is done, failed (unless retry) or another
+    live worker holds it. A claim whose process is gone (a lost call) is taken over."""
+    done = outcome(root, unit)
+    if done is not None and (done["rc"] == 0 or not retry):
+        return False
+    path = root / "claims" / unit.name
+    try:
+        path.mkdir(parents=True)
+    except FileExistsError:
+        try:
+            holder = int((path / "pid").read_text())
+        except (OSError, ValueError):
+            return False  # claimed a moment ago, its pid not written yet
+        try:
+            os.kill(holder, 0)
+            return False  # a live worker holds it
+        except ProcessLookupError:
+            pass  # the holder is gone (a lost call): take the unit over
+    (path / "pid").write_text(str(os.getpid()))
+    return True
+
+
+def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, ...]) -> dict:
+    out = root / "units" / unit.name
+    out.mkdir(parents=True, exist_ok=True)
+    cmd = unit.command(out, extra)
+    env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": str(gpu)}
+    started = time.time()
+    with (out / "probe.log").open("a") as log:
+        log.write(f"$ {shlex.join(cmd)}\n")
+        log.flush()
+        try:
+            rc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]], cwd=REPO, env=env,
+                                stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = "timeout"
+    result = {"unit": unit.name, "spec": unit.spec, "task": unit.task, "seed": unit.seed, "rc": rc,
+              "wall_s": round(time.time() - started, 1), "gpu": gpu, "command": shlex.join(cmd),
+              "env": ENV, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
+    (out / "unit.json").write_text(json.dumps(result) + "\n")
+    return result
+
+
+def run(args: argparse.Namespace) -> int:
+    root = args.out.resolve()
+    todo: queue.Queue[Unit] = queue.Queue()
+    for unit in units(args.only):
+        todo.put(unit)
+    lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with lock:
+            print(time.strftime("%H:%M:%S"), line, flush=True)
+
+    def worker(gpu: int) -> None:
+        while args.until is None or time.time() < args.until:
+            try:
+                unit = todo.get_nowait()
+            except queue.Empty:
+                return
+            with lock:
+                mine = claim(root, unit, args.retry)
+            if mine:
+                r = execute(root, unit, gpu, args.timeout, tuple(args.extra))
+                say(f"gpu {gpu}: {unit.name} rc={r['rc']} in {r['wall_s']:.0f} s")
+
+    gpus = [int(g) for g in args.gpus.split(",")]
+    say(f"{todo.qsize()} units, {args.workers} worker(s) on each of GPU(s) {args.gpus}")
+    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus for _ in range(args.workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    say("sweep worker pool done")
+    return 0
+
+
+def status(args: argparse.Namespace) -> int:
+    counts: dict[str, int] = {}
+    for unit in units(args.only):
+        r = outcome(args.out, unit)
+        state = "not run" if r is None else "done" if r["rc"] == 0 else f"rc={r['rc']}"
+        counts[state] = counts.get(state, 0) + 1
+        if r is not None and r["rc"] != 0:
+            print(f"{unit.name}: {state} after {r['wall_s']} s")
+    print(", ".join(f"{n} {state}" for state, n in counts.items()))
+    return 0
+
+
+def collect(args: argparse.Namespace) -> int:
+    """Merge the finished units' records (in unit order) and every unit's outcome into --dest."""
+    args.dest.mkdir(parents=True, exist_ok=True)
+    records, outcomes = [], []
+    for unit in units(args.only):
+        r = outcome(args.out, unit)
+        if r is None:
+            continue
+        outcomes.append(r)
+        path = args.out / "units" / unit.name / "probe.jsonl"
+        if r["rc"] == 0 and path.exists():
+            records += [line for line in path.read_text().splitlines() if line.strip()]
+    for name, lines in (("probe.jsonl", records), ("units.jsonl", [json.dumps(o) for o in outcomes])):
+        tmp = args.dest / f".{name}.tmp"
+        tmp.write_text("".join(f"{line}\n" for line in lines))
+        shutil.move(tmp, args.dest / name)
+    print(f"{len(records)} records of {sum(o['rc'] == 0 for o in outcomes)} finished units "
+          f"({len(outcomes)} run) in {args.dest}")
+    return 0
+
+
+def plan(args: argparse.Namespace) -> int:
+    todo = units(args.only)
+    print(f"{len(todo)} units, for example:\n  {shlex.join(todo[0].command(Path('ROOT/units') / todo[0].name))}")
+    print(f"  environment: {' '.join(f'{k}={v}' for k, v in ENV.items())}")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("plan", "run", "status", "collect"):
+        p = sub.add_parser(name)
+        p.add_argument("--only", nargs="+", metavar="SPEC", help="spec names (default: all of specs/)")
+        if name != "plan":
+            p.add_argument("--out", type=Path, required=True, help="the sweep's working folder")
+    r = sub.choices["run"]
+    r.add_argument("--gpus", default="0", help="comma-separated GPU indices (default 0)")
+    r.add_argument("--workers", type=int, default=4, help="worker processes per GPU (default 4)")
+    r.add_argument("--timeout", type=float, default=900, help="seconds one unit may take (default 900)")
+    r.add_argument("--until", type=float, help="start no unit after this time (seconds since the epoch)")
+    r.add_argument("--retry", action="store_true", help="run failed and timed-out units again")
+    r.add_argument("--extra", nargs=argparse.REMAINDER, default=[],
+                   help="arguments appended to every `seqdsl probe` (a CPU dry run: --device cpu --steps 2)")
+    sub.choices["collect"].add_argument("--dest", type=Path, default=DEST)
+    args = parser.parse_args(argv)
+    return {"plan": plan, "run": run, "status": status, "collect": collect}[args.command](args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
