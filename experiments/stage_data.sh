@@ -12,7 +12,7 @@ corpus="${1:?usage: bash experiments/stage_data.sh CORPUS}"
 rm -rf .study
 mkdir -p .study/a/web_blogs .study/a/tokenizers/gpt-neox-20b .study/b/web_blogs
 cp "$corpus"/web_blogs/blogs_train_0{0,1,2}.jsonl.zst .study/a/web_blogs/
-cp "$corpus"/tokenizers/gpt-neox-20b/tokenizer.json .study/a/tokenizers/gpt-neox-20b/
+gzip -9 -c "$corpus"/tokenizers/gpt-neox-20b/tokenizer.json > .study/a/tokenizers/gpt-neox-20b/tokenizer.json.gz  # unpacked by study_gpu.sh stage
 cp "$corpus"/web_blogs/blogs_train_0{3,4}.jsonl.zst .study/b/web_blogs/
 for domain in wikipedia arxiv stackexchange books; do  # their shards only (not raw dumps or test files)
     mkdir -p ".study/b/$domain"

@@ -21,6 +21,7 @@ export SEQDSL_CACHE_DIR="$root/cache" PYTHONUNBUFFERED=1
 
 stage() {  # merge the carried part(s) into one folder per domain
     for part in .study/*/; do cp -r "$part". "$data"/; done
+    find "$data" -name "*.json.gz" -exec gunzip -f {} +  # the tokenizer travels compressed (64 MiB a call)
     du -sh "$data"/* | tr '\n' ' '; echo
 }
 
