@@ -137,4 +137,13 @@ def test_the_mixed_setting_is_compared_with_the_limited_gap_over_the_same_domain
     narrower = fake_run(tmp_path, "mixed-narrow-s0", curve, {"web_blogs": 0.0, "wiki": 0.6})  # +0.3 when mixed
     assert report.mixing_effect(limited_gap, report.gap_to_baseline(narrower, [mixed[0]])) \
         == "a gap in both settings, smaller when mixed"
+    assert "Mixing hid the limited setting's gap for mamba2, as the paper claims." in lines
     assert report.mixed_section(limited, facts) == []  # no mixed runs: no section
+
+
+def test_the_mixing_statement_says_when_there_was_no_gap_to_hide():
+    said = report.mixing_statement({"no gap in either setting": ["mamba2", "top1_chunk_exact"],
+                                    "a gap only when mixed, not smaller when mixed": ["window_256"]})
+    assert said[0].startswith("mamba2, top1_chunk_exact had no OOD gap beyond the seed spread in the limited setting")
+    assert said[1] == ("window_256: a gap only when mixed, not smaller when mixed, "
+                       "against the paper's claim that mixing hides gaps.")
