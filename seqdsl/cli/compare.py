@@ -17,7 +17,7 @@ from seqdsl.errors import SeqError, SeqFileError
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from seqdsl.eval.compare import DEFAULT_WINDOW
+    from seqdsl.eval.compare import DEFAULT_WINDOW, METRICS
 
     parser.add_argument("runs", metavar="RUN", nargs="+", help="run directories (with metrics.jsonl)")
     parser.add_argument("--baseline", help="the run the gaps are taken against (its directory name; "
@@ -26,8 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="training-loss levels (nats/token); default: three inside the range "
                              "every run's evaluations cover, after each run's first evaluation "
                              "where they can")
-    parser.add_argument("--metric", choices=("loss", "bpb"), default="loss",
-                        help="OOD measure: nats/token (loss) or bits/byte (bpb)")
+    parser.add_argument("--metric", choices=METRICS, default="loss",
+                        help="held-out measure: nats/token (loss), bits/byte (bpb), or the loss on recall "
+                             "tokens (completing a bigram seen earlier in the window) or on the others")
     parser.add_argument("--window", type=int, default=DEFAULT_WINDOW,
                         help=f"train records averaged for the training loss at an evaluation "
                              f"(default {DEFAULT_WINDOW})")

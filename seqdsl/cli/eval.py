@@ -36,9 +36,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", help="write the records as JSON here instead of appending them to "
                                       "the run's metrics.jsonl")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
-    parser.add_argument("--recall", action="store_true",
+    parser.add_argument("--recall", action=argparse.BooleanOptionalAction, default=None,
                         help="also split the loss into recall tokens (completing a bigram seen earlier in the "
-                             "window, Zoology's split) and the others, in the same forwards")
+                             "window, Zoology's split) and the others, in the same forwards (default: as the "
+                             "run's training did, its eval_recall)")
 
 
 class ProgressLines:
@@ -90,16 +91,10 @@ def run(args: argparse.Namespace) -> int:
                            hint="evaluate with the tokenizer the run was trained with")
     seq_len = args.seq_len or ckpt.config.get("seq_len") or lm.spec.context
     batch = args.batch_size or ckpt.config.get("eval_batch") or 8
-    from seqdsl.eval.recall import RecallSplits
-
-    recall = RecallSplits() if args.recall else None
     records = evaluate_records(lm, sets, step=ckpt.step, tokens=ckpt.tokens, seq_len=seq_len, batch_size=batch,
                                device=device, autocast_dtype=autocast_dtype(args.dtype, device),
-                               progress=None if args.quiet else ProgressLines(), observe=recall)
-    if recall is not None:
-        for r in records:
-            split = recall.splits[r["domain"]]
-            r.update(recall_loss=split.recall_loss, recall_tokens=split.recall_tokens, other_loss=split.other_loss)
+                               progress=None if args.quiet else ProgressLines(),
+                               recall=ckpt.config.get("eval_recall", False) if args.recall is None else args.recall)
     print(f"checkpoint {ckpt.path} (step {ckpt.step}, {ckpt.tokens:,} tokens): model {lm.spec.name}, "
           f"seq_len {seq_len}, device {device}")
     print(table(records))

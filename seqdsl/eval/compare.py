@@ -42,7 +42,10 @@ from typing import Callable, Literal
 from seqdsl.errors import SeqError
 from seqdsl.eval.metrics import EvalPoint, RunMetrics, TrainPoint
 
-Metric = Literal["loss", "bpb"]
+# loss: nats/token; bpb: bits/byte; recall_loss / other_loss: nats/token on the recall tokens
+# (completing a bigram seen earlier in the window, seqdsl/run/recall.py) and on the others
+Metric = Literal["loss", "bpb", "recall_loss", "other_loss"]
+METRICS: tuple[Metric, ...] = ("loss", "bpb", "recall_loss", "other_loss")
 DEFAULT_WINDOW = 10
 REACHED, NOT_REACHED, BELOW_AT_FIRST, NO_EVALS = "ok", "not reached", "below at first eval", "no evaluations"
 EARLY, SPARSE = "early", "sparse"  # why an interpolated value may mislead (module doc)
@@ -126,8 +129,9 @@ def curve(run: RunMetrics, *, metric: Metric = "loss", window: int = DEFAULT_WIN
         if p.seq_len != chosen:
             continue
         t = train_loss_at(run.train, p.step, window)
-        if t is not None:
-            by_kind[p.in_domain].setdefault(p.domain, []).append(Point(p.step, t, getattr(p, metric)))
+        value = getattr(p, metric)
+        if t is not None and value is not None:  # recall_loss: absent from records made without it
+            by_kind[p.in_domain].setdefault(p.domain, []).append(Point(p.step, t, value))
 
     def in_step_order(domains: dict[str, list[Point]]) -> dict[str, Points]:
         return {d: tuple(sorted(ps, key=lambda q: q.step)) for d, ps in domains.items()}
@@ -274,6 +278,12 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
     base = names[0] if baseline is None else baseline
     if base not in names:
         raise SeqError(f"baseline {base!r} is not one of the runs", hint=f"runs: {', '.join(names)}")
+    if metric in ("recall_loss", "other_loss"):
+        lacking = [r.name for r in runs if r.evals and all(getattr(p, metric) is None for p in r.evals)]
+        if lacking:
+            raise SeqError(f"no recall split in the evaluations of {', '.join(lacking)}",
+                           hint="training records it when eval_recall = true (the default since 2026-11-27); "
+                                "`seqdsl eval RUN --recall` measures it on a checkpoint")
     curves = [curve(r, metric=metric, window=window, seq_len=seq_len) for r in runs]
     if levels:
         chosen, how, note = tuple(sorted(levels, reverse=True)), "as given", None
@@ -286,7 +296,8 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
                       _warnings(curves, in_domain, ood))
 
 
-UNIT = {"loss": "nats/token", "bpb": "bits/byte"}
+UNIT = {"loss": "nats/token", "bpb": "bits/byte", "recall_loss": "nats/token on recall tokens",
+        "other_loss": "nats/token on the other tokens"}
 
 
 def markdown(cmp: Comparison) -> str:

@@ -41,6 +41,9 @@ class EvalPoint:
     loss: float
     bpb: float
     seq_len: int
+    recall_loss: float | None = None  # loss on recall tokens (seqdsl/run/recall.py), where recorded
+    other_loss: float | None = None  # loss on the other tokens
+
 
 
 @dataclass(frozen=True)
@@ -83,7 +86,8 @@ def read_run(run_dir: str | Path) -> RunMetrics:
                 _need(record, EVAL_FIELDS, where)
                 p = EvalPoint(int(record["step"]), int(record.get("tokens", 0)), str(record["domain"]),
                               bool(record["in_domain"]), float(record["loss"]), float(record["bpb"]),
-                              int(record["seq_len"]))
+                              int(record["seq_len"]), _optional(record.get("recall_loss")),
+                              _optional(record.get("other_loss")))
                 evals[(p.step, p.domain, p.seq_len)] = p
         except (TypeError, ValueError) as err:
             raise SeqFileError(f"{where}: bad value in {record.get('kind')} record ({err})") from None
@@ -92,6 +96,10 @@ def read_run(run_dir: str | Path) -> RunMetrics:
         train=tuple(train[s] for s in sorted(train)),
         evals=tuple(sorted(evals.values(), key=lambda p: (p.step, p.domain, p.seq_len))),
         notes=tuple(notes))
+
+
+def _optional(value) -> float | None:
+    return None if value is None else float(value)
 
 
 def _label(run: Path) -> str:

@@ -19,7 +19,8 @@ def config_digest(resolved: dict) -> str:
     """What must match for `--resume` to continue the same run (exactly at the same layout)."""
     # keep_absolute acts through the spec it resolves to, which spec_digest covers: a run from
     # before the key existed resumes when its spec is unchanged
-    ignored = ("out", "device_name", "torch_version", "seqdsl_version", "keep_absolute") + LAYOUT_KEYS
+    # eval_recall adds measures to the records, not to what trains: a run from before it resumes
+    ignored = ("out", "device_name", "torch_version", "seqdsl_version", "keep_absolute", "eval_recall") + LAYOUT_KEYS
     keep = {k: v for k, v in resolved.items() if k not in ignored}
     if isinstance(keep.get("data"), dict):  # the token cache changes how the stream is read, not what it is
         keep["data"] = {k: v for k, v in keep["data"].items() if k != "token_cache"}

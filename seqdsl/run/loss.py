@@ -95,7 +95,7 @@ def _stack(tokens: Tensor, starts: list[int], length: int) -> tuple[Tensor, Tens
 
 
 # observe(nll, x, y): every batch this process scores, with its per-token loss (B, S') in float64
-# (e.g. the recall split, seqdsl/eval/recall.py), so a second measure costs no second forward
+# (e.g. the recall split, seqdsl/run/recall.py), so a second measure costs no second forward
 Observer = Callable[[Tensor, Tensor, Tensor], None]
 
 

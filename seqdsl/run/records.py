@@ -22,15 +22,23 @@ def eval_records(results: Mapping, in_domain: Mapping[str, bool], *, step: int, 
 
 def evaluate_records(model, sets: Mapping, *, step: int, tokens: int, seq_len: int, batch_size: int,
                      device, autocast_dtype=None, split: tuple[int, int] = (0, 1),
-                     progress=None, observe=None) -> list[dict]:
+                     progress=None, recall: bool = False) -> list[dict]:
     """The eval records of `model` on `sets` (domain -> EvalSet) after `step` optimizer steps and
     `tokens` training tokens, the batches split over processes as `split` = (rank, world) says,
-    `progress(done, total, domain)` told of every forward and `observe(domain)` shown every batch
-    (seqdsl/run/loss.py: `evaluate`)."""
+    `progress(done, total, domain)` told of every forward (seqdsl/run/loss.py: `evaluate`).
+    `recall`: each record also splits its loss into recall tokens and the others
+    (seqdsl/run/recall.py), from the same forwards."""
+    from seqdsl.run.recall import RecallSplits
     from seqdsl.run.loss import evaluate
 
+    splits = RecallSplits() if recall else None
     results = evaluate(model, sets, seq_len=seq_len, batch_size=batch_size, device=device,
-                       autocast_dtype=autocast_dtype, split=split, progress=progress, observe=observe)
-    return eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=step, tokens=tokens,
-                        seq_len=seq_len)
-
+                       autocast_dtype=autocast_dtype, split=split, progress=progress, observe=splits)
+    records = eval_records(results, {d: s.in_domain for d, s in sets.items()}, step=step, tokens=tokens,
+                           seq_len=seq_len)
+    if splits is not None:
+        if split[1] > 1:
+            splits.sum_over_processes(device)
+        for record in records:
+            record.update(splits.fields(record["domain"]))
+    return records

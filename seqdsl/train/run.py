@@ -349,7 +349,8 @@ def _evaluate(run: _Run, step: int, tokens: int) -> None:
     run.progress.eval_begin(step)
     records = evaluate_records(run.lm, run.sets, step=step, tokens=tokens, seq_len=run.seq_len,
                                batch_size=run.config.eval_batch, device=run.device, autocast_dtype=run.amp,
-                               split=(run.d.rank, run.d.world), progress=run.progress.eval_progress)
+                               split=(run.d.rank, run.d.world), progress=run.progress.eval_progress,
+                               recall=run.config.eval_recall)
     run.progress.eval_end()
     if not run.d.main:
         return

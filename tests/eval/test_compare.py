@@ -63,6 +63,21 @@ def test_bits_per_byte_metric_interpolates_the_bpb_column(two_runs):
     assert cmp.cells[("code", "a", 3.2)].value == pytest.approx(4.48 / 2)
 
 
+def test_recall_loss_metric_interpolates_the_recall_column_and_refuses_runs_without_it(two_runs, tmp_path):
+    for run in two_runs:  # the recall loss of every eval record: its loss + 1
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for r in rows:
+            if r["kind"] == "eval":
+                r.update(recall_loss=r["loss"] + 1, recall_tokens=10, other_loss=r["loss"] - 0.1)
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmp = compare([read_run(r) for r in two_runs], levels=[3.2], metric="recall_loss", window=1)
+    assert cmp.cells[("code", "a", 3.2)].value == pytest.approx(4.48 + 1)
+    assert "recall tokens" in markdown(cmp)
+    plain = write_run(tmp_path, "plain", dict(zip(STEPS, (4.0, 3.5, 3.0, 2.5))), [5.0, 4.6, 4.4, 4.3])
+    with pytest.raises(SeqError, match="no recall split in the evaluations of plain"):
+        compare([read_run(two_runs[0]), read_run(plain)], metric="recall_loss")
+
+
 def test_default_levels_lie_inside_the_range_every_run_covers(two_runs):
     cmp = compare([read_run(r) for r in two_runs], window=1)
     # from their second evaluations on, a covers [2.5, 3.5] and b [3.1, 3.8]: shared [3.1, 3.5],

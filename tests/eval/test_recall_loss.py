@@ -1,4 +1,4 @@
-"""Recall-token loss (seqdsl/eval/recall.py) against a hand-worked example and a loop oracle."""
+"""Recall-token loss (seqdsl/run/recall.py) against a hand-worked example and a loop oracle."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from seqdsl.eval.recall import RecallSplit, recall_mask, split_nll
+from seqdsl.run.recall import RecallSplit, recall_mask, split_nll
 
 
 def test_hand_worked_example():
@@ -59,3 +59,30 @@ def test_eval_recall_splits_the_loss_of_the_same_windows(tmp_path, monkeypatch, 
         assert r["recall_tokens"] > 0 and other_tokens > 0  # the sets repeat a sentence
         whole = (r["recall_loss"] * r["recall_tokens"] + r["other_loss"] * other_tokens) / r["eval_tokens"]
         assert math.isclose(whole, r["loss"], rel_tol=1e-5)
+
+
+def _evals(run) -> list[dict]:
+    import json
+
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["kind"] == "eval"]
+
+
+def test_training_evaluations_record_the_split_of_their_own_loss(tmp_path):
+    """`seqdsl train` (eval_recall on by default): every eval record splits its loss, and the two
+    parts weighted by their token counts give back the record's loss; off, the fields are absent."""
+    from seqdsl.cli.main import main
+    from tests.train.helpers import micro_run_args
+
+    assert main(micro_run_args(tmp_path, steps=4) + ["--out", str(tmp_path / "on")]) == 0
+    evals = _evals(tmp_path / "on")
+    assert evals and {r["domain"] for r in evals} == {"web", "code"}
+    for r in evals:
+        other_tokens = r["eval_tokens"] - r["recall_tokens"]
+        assert r["recall_tokens"] > 0 and other_tokens > 0  # 16-word vocabularies repeat bigrams
+        whole = (r["recall_loss"] * r["recall_tokens"] + r["other_loss"] * other_tokens) / r["eval_tokens"]
+        assert math.isclose(whole, r["loss"], rel_tol=1e-5)
+    (tmp_path / "b").mkdir()
+    off = micro_run_args(tmp_path / "b", steps=4) + ["--set", "eval_recall=false", "--out", str(tmp_path / "off")]
+    assert main(off) == 0
+    assert all("recall_loss" not in r for r in _evals(tmp_path / "off"))

@@ -33,5 +33,14 @@ def test_two_processes_match_one_with_the_same_global_batch(tmp_path):
     assert len(one) == len(two) == 6
     for a, b in zip(one, two):
         assert abs(a - b) <= 1e-5 * abs(a), (one, two)
+    # the evaluations: each process scored half the windows; the losses and the recall split,
+    # summed over the two, are the one process's
+    evals = [[r for r in map(json.loads, (tmp_path / run / "metrics.jsonl").read_text().splitlines())
+              if r["kind"] == "eval"] for run in ("one", "two")]
+    assert len(evals[0]) == len(evals[1]) > 0
+    for a, b in zip(*evals):
+        assert (a["domain"], a["recall_tokens"], a["eval_tokens"]) == (b["domain"], b["recall_tokens"], b["eval_tokens"])
+        for key in ("loss", "recall_loss", "other_loss"):
+            assert abs(a[key] - b[key]) <= 1e-5 * abs(a[key]), (key, a, b)
     config = json.loads((tmp_path / "two" / "config.json").read_text())
     assert (config["processes"], config["micro_batch"], config["accumulation"]) == (2, 2, 1)

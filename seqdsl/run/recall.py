@@ -75,6 +75,23 @@ class RecallSplits:
     def __init__(self) -> None:
         self.splits: dict[str, RecallSplit] = {}
 
+    def fields(self, domain: str) -> dict:
+        """The eval record's fields of `domain`'s split (metrics.jsonl; docs/evaluation.md)."""
+        split = self.splits[domain]
+        return {"recall_loss": split.recall_loss, "recall_tokens": split.recall_tokens, "other_loss": split.other_loss}
+
+    def sum_over_processes(self, device) -> None:
+        """Add every process's share of each domain's split (a torch.distributed group whose
+        processes each scored some of the batches, seqdsl/run/loss.py: `evaluate_set`)."""
+        import torch.distributed as dist
+
+        domains = sorted(self.splits)  # the same order in every process: each scores every set
+        t = torch.tensor([[s.recall_nll, s.recall_tokens, s.other_nll, s.other_tokens]
+                          for s in (self.splits[d] for d in domains)], dtype=torch.float64, device=device)
+        dist.all_reduce(t)
+        for d, (rn, rt, on, ot) in zip(domains, t.tolist()):
+            self.splits[d] = RecallSplit(rn, int(rt), on, int(ot))
+
     def __call__(self, domain: str):
         self.splits[domain] = RecallSplit(0.0, 0, 0.0, 0)
 
