@@ -296,7 +296,9 @@ def page(records: list[dict], units: list[dict], machine: dict) -> str:
         f"- **Training per unit**: {s['steps']} steps of {s['batch']} rows, AdamW at peak lr {s['lr']} "
         f"(warmup {s['warmup']}, cosine), weight decay {s['weight_decay']}, clip {s['clip']}; "
         f"{s['eval_examples']} rows scored per difficulty; float32.",
-        f"- **Device**: {machine['device']}; {machine['workers']}; dates "
+        f"- **Device**: {machine['device']}; {machine['workers']}"
+        + (f"; GPUs the units name: {', '.join(sorted(names))}" if (names := {u['gpu_name'] for u in units if 'gpu_name' in u}) else "")
+        + "; dates "
         f"{', '.join(sorted({r['date'] for r in records}))}. The path: `{env}` (the spec's meaning; docs/lowering.md).",
         "",
         "One unit's command, as it ran:",
@@ -305,7 +307,8 @@ def page(records: list[dict], units: list[dict], machine: dict) -> str:
         command["command"],
         "```",
         "",
-        "Rerun: `python experiments/probe_sweep.py run --out ROOT --gpus 0,1,2,3 --workers 6`, then "
+        "Rerun: `python experiments/probe_sweep.py run --out ROOT --gpus 0,1,2,3 --workers 6` (it skips the units "
+        "docs/probe_results/ holds: move them aside to rerun everything), then "
         "`python experiments/probe_sweep.py collect --out ROOT` and `python experiments/probe_report.py`.",
         "",
         "## Verdicts against probe accuracy",

@@ -12,8 +12,10 @@ freed by another job) joins the same sweep without repeating work; a unit that r
     python experiments/probe_sweep.py status --out ROOT
     python experiments/probe_sweep.py collect --out ROOT                # -> docs/probe_results/
 
-`collect` merges the units' probe.jsonl into docs/probe_results/probe.jsonl and their wall times
-into units.jsonl; experiments/probe_report.py turns them into docs/probe_results.md.
+`collect` merges the units' probe.jsonl into docs/probe_results/probe.jsonl and their outcomes
+(wall time, GPU) into units.jsonl, beside the units collected before; `run` skips those, so a
+later session goes on where the last one stopped. experiments/probe_report.py turns them into
+docs/probe_results.md.
 """
 
 from __future__ import annotations
@@ -72,6 +74,23 @@ def units(specs: list[str] | None = None) -> list[Unit]:
     return [Unit(s, t, seed) for t in TASK_ORDER for s in specs for seed in (0, *SPREAD_SEEDS.get(s, ()))]
 
 
+def committed(dest: Path) -> dict[str, tuple[dict, list[str]]]:
+    """The units already collected into `dest` (a later session's sweep goes on from them): unit
+    name -> (its outcome, its records' lines)."""
+    try:
+        outcomes = [json.loads(line) for line in (dest / "units.jsonl").read_text().splitlines() if line.strip()]
+        lines = [line for line in (dest / "probe.jsonl").read_text().splitlines() if line.strip()]
+    except FileNotFoundError:
+        return {}
+    found: dict[str, tuple[dict, list[str]]] = {o["unit"]: (o, []) for o in outcomes}
+    for line in lines:
+        r = json.loads(line)
+        name = Unit(Path(r["spec"]).stem, r["task"], r["settings"]["seed"]).name
+        if name in found:
+            found[name][1].append(line)
+    return found
+
+
 def outcome(root: Path, unit: Unit) -> dict | None:
     try:
         return json.loads((root / "units" / unit.name / "unit.json").read_text())
@@ -102,6 +121,15 @@ def claim(root: Path, unit: Unit, retry: bool) -> bool:
     return True
 
 
+def gpu_name(index: int) -> str:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(index)],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "unknown GPU"
+    except (OSError, subprocess.TimeoutExpired):
+        return "unknown GPU"
+
+
 def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, ...]) -> dict:
     out = root / "units" / unit.name
     out.mkdir(parents=True, exist_ok=True)
@@ -117,7 +145,8 @@ def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, 
         except subprocess.TimeoutExpired:
             rc = "timeout"
     result = {"unit": unit.name, "spec": unit.spec, "task": unit.task, "seed": unit.seed, "rc": rc,
-              "wall_s": round(time.time() - started, 1), "gpu": gpu, "command": shlex.join(cmd),
+              "wall_s": round(time.time() - started, 1), "gpu": gpu, "gpu_name": gpu_name(gpu),
+              "command": shlex.join(cmd),
               "env": ENV, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
     (out / "unit.json").write_text(json.dumps(result) + "\n")
     return result
@@ -125,9 +154,11 @@ def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, 
 
 def run(args: argparse.Namespace) -> int:
     root = args.out.resolve()
+    done = {name for name, (o, _) in committed(args.records).items() if o["rc"] == 0}
     todo: queue.Queue[Unit] = queue.Queue()
     for unit in units(args.only):
-        todo.put(unit)
+        if unit.name not in done:  # collected by an earlier sweep: not run again
+            todo.put(unit)
     lock = threading.Lock()
 
     def say(line: str) -> None:
@@ -158,9 +189,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def status(args: argparse.Namespace) -> int:
+    earlier = committed(args.records)
     counts: dict[str, int] = {}
     for unit in units(args.only):
-        r = outcome(args.out, unit)
+        r = outcome(args.out, unit) or earlier.get(unit.name, (None, []))[0]
         state = "not run" if r is None else "done" if r["rc"] == 0 else f"rc={r['rc']}"
         counts[state] = counts.get(state, 0) + 1
         if r is not None and r["rc"] != 0:
@@ -170,17 +202,23 @@ def status(args: argparse.Namespace) -> int:
 
 
 def collect(args: argparse.Namespace) -> int:
-    """Merge the finished units' records (in unit order) and every unit's outcome into --dest."""
-    args.dest.mkdir(parents=True, exist_ok=True)
-    records, outcomes = [], []
+    """Merge the units run under --out with those --dest holds already (a unit run again replaces
+    its earlier outcome and records), in unit order, into --dest."""
+    earlier = committed(args.dest)
+    records: list[str] = []
+    outcomes: list[dict] = []
     for unit in units(args.only):
         r = outcome(args.out, unit)
         if r is None:
+            if unit.name in earlier:
+                outcomes.append(earlier[unit.name][0])
+                records += earlier[unit.name][1]
             continue
         outcomes.append(r)
         path = args.out / "units" / unit.name / "probe.jsonl"
         if r["rc"] == 0 and path.exists():
             records += [line for line in path.read_text().splitlines() if line.strip()]
+    args.dest.mkdir(parents=True, exist_ok=True)
     for name, lines in (("probe.jsonl", records), ("units.jsonl", [json.dumps(o) for o in outcomes])):
         tmp = args.dest / f".{name}.tmp"
         tmp.write_text("".join(f"{line}\n" for line in lines))
@@ -205,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--only", nargs="+", metavar="SPEC", help="spec names (default: all of specs/)")
         if name != "plan":
             p.add_argument("--out", type=Path, required=True, help="the sweep's working folder")
+        if name in ("run", "status"):
+            p.add_argument("--records", type=Path, default=DEST,
+                           help="units collected here are done (default: docs/probe_results)")
     r = sub.choices["run"]
     r.add_argument("--gpus", default="0", help="comma-separated GPU indices (default 0)")
     r.add_argument("--workers", type=int, default=4, help="worker processes per GPU (default 4)")
