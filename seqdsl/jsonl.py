@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from seqdsl.errors import SeqFileError
@@ -95,3 +96,22 @@ def append(path: str | Path, records: list[dict]) -> bool:
     except OSError as err:
         raise SeqFileError(f"cannot append to {path}: {err.strerror or err}") from None
     return dropped
+
+
+def keep_only(path: str | Path, keep: Callable[[dict], bool]) -> int:
+    """Rewrite the file with the records `keep` accepts, in order, a cut last line dropped; a
+    temporary file replaces it whole, so a kill leaves the old file or the new one. How many
+    records were dropped (0 when the file does not exist)."""
+    path = Path(path)
+    try:
+        records, _ = read(path)
+    except FileNotFoundError:
+        return 0
+    kept = [record for _, record in records if keep(record)]
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept), encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as err:
+        raise SeqFileError(f"cannot rewrite {path}: {err.strerror or err}") from None
+    return len(records) - len(kept)

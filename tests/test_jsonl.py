@@ -46,3 +46,16 @@ def test_a_broken_line_before_the_last_is_an_error_naming_it(tmp_path):
     path.write_text(WHOLE + "{oops\n" + WHOLE)
     with pytest.raises(SeqFileError, match=r"m.jsonl:4: not a JSON record"):
         jsonl.read(path)
+
+
+def test_keep_only_rewrites_the_kept_records_and_drops_a_cut_last_line(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_text('{"step": 1}\n{"step": 2, "loss": 0.5}\n{"step": 3}\n{"step": 4, "lo')
+    assert jsonl.keep_only(path, lambda r: r["step"] <= 2) == 1  # step 3; the cut line was never a record
+    assert path.read_text() == '{"step": 1}\n{"step": 2, "loss": 0.5}\n'
+    assert not (tmp_path / "m.jsonl.tmp").exists()
+    assert jsonl.keep_only(tmp_path / "missing.jsonl", lambda r: True) == 0
+    path.write_text('{"step": 1}\nnot json\n{"step": 2}\n')
+    with pytest.raises(SeqFileError, match="m.jsonl:2"):
+        jsonl.keep_only(path, lambda r: True)
+    assert path.read_text() == '{"step": 1}\nnot json\n{"step": 2}\n'  # refused: left as it was

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
+
+from seqdsl import jsonl
 
 
 class MetricsLog:
@@ -16,19 +17,7 @@ class MetricsLog:
     def truncate_after(self, step: int) -> None:
         """Drop records of steps after `step` (written by a run that was killed after its last
         checkpoint and will be redone by the resumed run), so the file reads as one run."""
-        if not self.path.exists():
-            return
-        kept = []
-        for line in self.path.read_text(encoding="utf-8").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue  # a line cut short by the kill
-            if record.get("step", 0) <= step:
-                kept.append(line + "\n")
-        tmp = self.path.with_name(self.path.name + ".tmp")
-        tmp.write_text("".join(kept), encoding="utf-8")
-        os.replace(tmp, self.path)
+        jsonl.keep_only(self.path, lambda record: record.get("step", 0) <= step)
 
     def write(self, record: dict) -> None:
         with open(self.path, "a", encoding="utf-8") as f:
