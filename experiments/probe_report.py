@@ -54,6 +54,16 @@ def load(results: Path = RESULTS) -> tuple[list[dict], list[dict], dict]:
     return read("probe.jsonl"), read("units.jsonl"), json.loads((results / "machine.json").read_text())
 
 
+def check_settings(records: list[dict]) -> None:
+    """One sweep, one training budget: results trained otherwise (a CPU dry run collected by
+    mistake) would be compared as if alike."""
+    budgets = {json.dumps({k: v for k, v in r["settings"].items() if k != "seed"} | {"preset": r.get("preset")},
+                          sort_keys=True) for r in records}
+    if len(budgets) > 1:
+        raise SystemExit("error: the records were trained with different settings: " + " | ".join(sorted(budgets))
+                         + " (collect one sweep's units; move the others aside)")
+
+
 def accuracies(records: list[dict]) -> tuple[list[Level], dict[tuple[str, int], dict[Level, float | None]]]:
     """Every difficulty in record order, and (spec, seed) -> difficulty -> accuracy."""
     levels: list[Level] = []
@@ -309,7 +319,8 @@ def page(records: list[dict], units: list[dict], machine: dict) -> str:
         "",
         "Rerun: `python experiments/probe_sweep.py run --out ROOT --gpus 0,1,2,3 --workers 6` (it skips the units "
         "docs/probe_results/ holds: move them aside to rerun everything), then "
-        "`python experiments/probe_sweep.py collect --out ROOT` and `python experiments/probe_report.py`.",
+        "`python experiments/probe_sweep.py collect --out ROOT` and `python experiments/probe_report.py`; on the "
+        "device tool's GPU machines, `experiments/probe_gpu.sh` wraps the same steps in 10-minute calls.",
         "",
         "## Verdicts against probe accuracy",
         "",
@@ -352,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="compare docs/probe_results.md with the records")
     args = parser.parse_args(argv)
     records, units, machine = load(args.results)
+    check_settings(records)
     text = page(records, units, machine)
     if args.check:
         same = PAGE.exists() and PAGE.read_text() == text

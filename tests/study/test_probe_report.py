@@ -76,3 +76,12 @@ def test_the_statement_names_every_disagreement_and_the_unjudged_tasks():
 def test_missing_results_are_named():
     records = [r for r in sweep() if not (r["label"] == "good" and r["task"] == "mqar")]
     assert probe_report.absent(records) == {"mqar": ["good"]}
+
+
+def test_records_of_different_training_budgets_are_refused():
+    import pytest
+
+    same = [{"settings": {"steps": 2000, "seed": s}, "preset": "tiny"} for s in (0, 1)]
+    probe_report.check_settings(same)  # seeds differ: one sweep
+    with pytest.raises(SystemExit, match="different settings"):
+        probe_report.check_settings([*same, {"settings": {"steps": 2, "seed": 0}, "preset": "tiny"}])
