@@ -23,6 +23,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))  # seqdsl from this checkout, as experiments/report.py
+sys.path.insert(0, str(REPO / "experiments"))
+from probe_sweep import TASK_ORDER  # noqa: E402  (the sweep's tasks, in its order)
 RESULTS = REPO / "docs" / "probe_results"
 PAGE = REPO / "docs" / "probe_results.md"
 PLOT = RESULTS / "accuracy.png"
@@ -120,8 +122,9 @@ class Judgement:
     def agrees(self) -> str:
         if self.judged == 0:
             return "not judged (no informative result)"
-        if self.verdict == "pass":
-            return "yes" if not self.short else "no: short where pass predicts none"
+        if self.pillars == "none":  # pass, or a verdict from backend/hybrid findings alone
+            why = "pass" if self.verdict == "pass" else f"{self.verdict} (no failed pillar)"
+            return "yes" if not self.short else f"no: short where {why} predicts none"
         return "yes" if self.short else "no: no shortfall seen at this size"
 
 
@@ -145,7 +148,7 @@ def judgements(records: list[dict]) -> tuple[list[Level], dict, dict[Level, Bar]
     levels, table = accuracies(records)
     bar = bars(levels, table)
     verdicts = {r["label"]: r["verdict_probed"] for r in records}
-    specs = sorted({spec for spec, _ in table}, key=lambda s: (s != REFERENCE, s))
+    specs = sorted({spec for spec, _ in table} - {REFERENCE})  # the reference sets the bar: not judged by it
     return levels, table, bar, [judge(s, verdicts[s], table[(s, 0)], bar) for s in specs if (s, 0) in table]
 
 
@@ -205,23 +208,25 @@ def statement(levels: list[Level], table: dict, bar: dict[Level, Bar], found: li
     unlearnt = [lv for lv in levels if lv.trained and lv in bar and not bar[lv].informative]
     for task in dict.fromkeys(lv.task for lv in levels if lv.task in CONTROLS):
         cols = [lv for lv in levels if lv.task == task]
-        best = max(((acc.get(cols[-1]) or 0, spec) for (spec, seed), acc in table.items()), default=(0, "none"))
-        solved = sorted(spec for (spec, seed), acc in table.items() if all((acc.get(lv) or 0) >= LEARNT for lv in cols))
+        firsts = {spec: acc for (spec, seed), acc in table.items() if seed == 0}
+        best = max(((acc.get(cols[-1]) or 0, spec) for spec, acc in firsts.items()), default=(0, "none"))
+        solved = sorted(spec for spec, acc in firsts.items() if all((acc.get(lv) or 0) >= LEARNT for lv in cols))
         lines.append(f"- **{task}, the negative control**: specs at {100 * LEARNT:.0f}% or more at every length: "
                      f"{', '.join(solved) or 'none'}; the best at {cols[-1].level}: {best[1]}, {pct(best[0])}%.")
     for task in dict.fromkeys(lv.task for lv in unlearnt if lv.task not in CONTROLS):
+        missed = [lv for lv in unlearnt if lv.task == task]
         cols = [lv for lv in levels if lv.task == task and lv.trained]
-        solved = [spec for (spec, seed), acc in table.items()
-                  if seed == 0 and all((acc.get(lv) or 0) >= LEARNT for lv in cols)]
-        shifted = [spec for spec in solved if short_conv.get(spec)]
-        others = sorted(set(solved) - set(shifted))
-        lines.append(f"- **{task} does not inform the verdicts at this budget**: {REFERENCE} reached "
-                     + ", ".join(f"{pct(bar[lv].mean)}% at {lv.level}" for lv in cols if lv in bar)
-                     + f" (below {100 * LEARNT:.0f}%). Specs at {100 * LEARNT:.0f}% or more at every trained "
-                     + f"difficulty: {', '.join(sorted(solved)) or 'none'}; {len(shifted)} of these {len(solved)} "
-                     + f"have a short convolution or token shift (of the {sum(short_conv.values())} specs that "
-                     + "have one), which hands each position its predecessor, the first step of an induction "
-                     + "circuit" + (f"; without one: {', '.join(others)}." if others else "."))
+        solved = sorted(spec for (spec, seed), acc in table.items()
+                        if seed == 0 and all((acc.get(lv) or 0) >= LEARNT for lv in cols))
+        line = (f"- **{task} is not judged at {', '.join(lv.level for lv in missed)}**: {REFERENCE} reached "
+                + ", ".join(f"{pct(bar[lv].mean)}%" for lv in missed) + f" there (below {100 * LEARNT:.0f}%). "
+                + f"Specs at {100 * LEARNT:.0f}% or more at every trained difficulty: {', '.join(solved) or 'none'}")
+        if task == "induction":  # the mechanism this task needs first: each position's predecessor
+            shifted = [spec for spec in solved if short_conv.get(spec)]
+            line += (f"; {len(shifted)} of these {len(solved)} have a short convolution or token shift (of the "
+                     f"{sum(short_conv.values())} specs that have one), which hands each position its predecessor, "
+                     "the first step of an induction circuit")
+        lines.append(line + ".")
     longer = [lv for lv in levels if not lv.trained and lv in bar]
     for task in dict.fromkeys(lv.task for lv in longer):
         last = [lv for lv in longer if lv.task == task][-1]
@@ -300,9 +305,8 @@ def page(records: list[dict], units: list[dict], machine: dict) -> str:
         f"(spec, task, seed) units."
         + (f" Units that failed or ran out of time: {', '.join(f'{a} on {b}' for a, b in missing)}." if missing else "")
         + "".join(f" No {task} result for {', '.join(specs)}." for task, specs in absent(records).items())
-        + " Tasks of the sweep with no result: "
-        + (", ".join(t for t in ("mqar", "copy", "selective_copy", "needle", "induction", "a5", "s5") if t not in tasks)
-           or "none") + " (the GPU time ran out).",
+        + (f" Tasks of the sweep not run yet: {', '.join(unrun)}." if (unrun := [t for t in TASK_ORDER if t not in tasks])
+           else ""),
         f"- **Training per unit**: {s['steps']} steps of {s['batch']} rows, AdamW at peak lr {s['lr']} "
         f"(warmup {s['warmup']}, cosine), weight decay {s['weight_decay']}, clip {s['clip']}; "
         f"{s['eval_examples']} rows scored per difficulty; float32.",
@@ -347,7 +351,8 @@ def page(records: list[dict], units: list[dict], machine: dict) -> str:
         "",
         "## What this sweep can and cannot show",
         "",
-        f"- One seed per spec (three for {REFERENCE}): a shortfall near the tolerance is weak evidence.",
+        f"- One seed per spec ({len([1 for spec, _ in table if spec == REFERENCE])} for {REFERENCE}): a shortfall "
+        "near the tolerance is weak evidence.",
         f"- Tiny models ({records[0]['preset']} preset) at short contexts and a fixed budget: a fixed-size state "
         "that holds every pair at this size may not at a larger one, so a fail verdict without a shortfall "
         "here is not evidence against the checker at scale.",

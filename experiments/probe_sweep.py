@@ -4,8 +4,9 @@
 A unit is one (spec, task, seed): one `seqdsl probe SPEC --tasks TASK --seed S` with the sweep's
 settings (SETTINGS), in its own output folder. Tiny models leave a GPU mostly idle, so several
 workers share one. Units are claimed with an atomic mkdir, so a second `run` on other GPUs (a GPU
-freed by another job) joins the same sweep without repeating work; a unit that ran past
---timeout is recorded as such and left for `--retry`.
+freed by another job) joins the same sweep without repeating work. A unit that failed or ran past
+--timeout is recorded as such (in ROOT, and by `collect` in docs/probe_results/) and is not run
+again unless `run --retry` asks.
 
     python experiments/probe_sweep.py plan                              # the units and a command
     python experiments/probe_sweep.py run --out ROOT --gpus 3 --workers 4 [--until EPOCH_S]
@@ -99,26 +100,42 @@ def outcome(root: Path, unit: Unit) -> dict | None:
 
 
 def claim(root: Path, unit: Unit, retry: bool) -> bool:
-    """Take `unit` for this process: False when it is done, failed (unless retry) or another
-    live worker holds it. A claim whose process is gone (a lost call) is taken over."""
+    """Take `unit` for this process: False when it is done here, failed here (unless retry) or
+    another live worker holds it. A claim whose process is gone (a lost call) is taken over."""
     done = outcome(root, unit)
     if done is not None and (done["rc"] == 0 or not retry):
         return False
     path = root / "claims" / unit.name
-    try:
-        path.mkdir(parents=True)
-    except FileExistsError:
+    while True:
         try:
-            holder = int((path / "pid").read_text())
-        except (OSError, ValueError):
-            return False  # claimed a moment ago, its pid not written yet
-        try:
-            os.kill(holder, 0)
-            return False  # a live worker holds it
-        except ProcessLookupError:
-            pass  # the holder is gone (a lost call): take the unit over
+            path.mkdir(parents=True)
+            break
+        except FileExistsError:
+            if _held(path):
+                return False
+            try:  # moved aside atomically: of two processes taking it over, one rename succeeds
+                path.rename(path.with_name(f"{path.name}.stale-{os.getpid()}-{time.time_ns()}"))
+            except OSError:
+                return False
     (path / "pid").write_text(str(os.getpid()))
     return True
+
+
+def _held(claim_dir: Path) -> bool:
+    """Whether a live worker other than this process holds the claim."""
+    try:
+        holder = int((claim_dir / "pid").read_text())
+    except (OSError, ValueError):
+        return True  # claimed a moment ago, its pid not written yet
+    if holder == os.getpid():
+        return False  # an earlier claim under this pid (a restarted container): the queue gives a unit once
+    try:
+        os.kill(holder, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's process
 
 
 def gpu_name(index: int) -> str:
@@ -154,7 +171,7 @@ def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, 
 
 def run(args: argparse.Namespace) -> int:
     root = args.out.resolve()
-    done = {name for name, (o, _) in committed(args.records).items() if o["rc"] == 0}
+    done = {name for name, (o, _) in committed(args.records).items() if o["rc"] == 0 or not args.retry}
     todo: queue.Queue[Unit] = queue.Queue()
     for unit in units(args.only):
         if unit.name not in done:  # collected by an earlier sweep: not run again
@@ -202,29 +219,27 @@ def status(args: argparse.Namespace) -> int:
 
 
 def collect(args: argparse.Namespace) -> int:
-    """Merge the units run under --out with those --dest holds already (a unit run again replaces
-    its earlier outcome and records), in unit order, into --dest."""
-    earlier = committed(args.dest)
-    records: list[str] = []
-    outcomes: list[dict] = []
+    """Merge the units run under --out into those --dest holds (a unit run again replaces its
+    earlier outcome and records; every other unit of --dest stays), in the sweep's unit order,
+    units no longer planned last, and write --dest."""
+    merged = committed(args.dest)
     for unit in units(args.only):
         r = outcome(args.out, unit)
-        if r is None:
-            if unit.name in earlier:
-                outcomes.append(earlier[unit.name][0])
-                records += earlier[unit.name][1]
-            continue
-        outcomes.append(r)
-        path = args.out / "units" / unit.name / "probe.jsonl"
-        if r["rc"] == 0 and path.exists():
-            records += [line for line in path.read_text().splitlines() if line.strip()]
+        if r is not None:
+            path = args.out / "units" / unit.name / "probe.jsonl"
+            lines = path.read_text().splitlines() if r["rc"] == 0 and path.exists() else []
+            merged[unit.name] = (r, [line for line in lines if line.strip()])
+    order = {unit.name: i for i, unit in enumerate(units())}
+    names = sorted(merged, key=lambda name: order.get(name, len(order)))  # stable: unplanned keep their order
+    records = [line for name in names for line in merged[name][1]]
+    outcomes = [json.dumps(merged[name][0]) for name in names]
     args.dest.mkdir(parents=True, exist_ok=True)
-    for name, lines in (("probe.jsonl", records), ("units.jsonl", [json.dumps(o) for o in outcomes])):
+    for name, lines in (("probe.jsonl", records), ("units.jsonl", outcomes)):
         tmp = args.dest / f".{name}.tmp"
         tmp.write_text("".join(f"{line}\n" for line in lines))
         shutil.move(tmp, args.dest / name)
-    print(f"{len(records)} records of {sum(o['rc'] == 0 for o in outcomes)} finished units "
-          f"({len(outcomes)} run) in {args.dest}")
+    print(f"{len(records)} records of {sum(merged[n][0]['rc'] == 0 for n in names)} finished units "
+          f"({len(names)} run) in {args.dest}")
     return 0
 
 

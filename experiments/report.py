@@ -673,7 +673,8 @@ def main(argv: list[str] | None = None) -> int:
     if mixed:
         plot(mixed, MIXED_PLOT, trained_on_all=True)
     gap_plot(verdicts[1], GAP_PLOT)
-    print(f"wrote {PAGE.relative_to(REPO)}, {PLOT.relative_to(REPO)} and {GAP_PLOT.relative_to(REPO)} "
+    plots = [PLOT, GAP_PLOT] + ([MIXED_PLOT] if mixed else [])
+    print(f"wrote {PAGE.relative_to(REPO)} and {', '.join(str(p.relative_to(REPO)) for p in plots)} "
           f"from {len(records)} runs")
     return 0
 

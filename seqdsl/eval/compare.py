@@ -278,12 +278,7 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
     base = names[0] if baseline is None else baseline
     if base not in names:
         raise SeqError(f"baseline {base!r} is not one of the runs", hint=f"runs: {', '.join(names)}")
-    if metric in ("recall_loss", "other_loss"):
-        lacking = [r.name for r in runs if r.evals and all(getattr(p, metric) is None for p in r.evals)]
-        if lacking:
-            raise SeqError(f"no recall split in the evaluations of {', '.join(lacking)}",
-                           hint="training records it when eval_recall = true (the default since 2026-11-27); "
-                                "`seqdsl eval RUN --recall` measures it on a checkpoint")
+    partial = _without_split(runs, metric)
     curves = [curve(r, metric=metric, window=window, seq_len=seq_len) for r in runs]
     if levels:
         chosen, how, note = tuple(sorted(levels, reverse=True)), "as given", None
@@ -293,7 +288,22 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
     ood = _table(curves, lambda c: c.domains, chosen, base)
     in_domain = _table(curves, lambda c: c.in_domain, chosen, base)
     return Comparison(tuple(curves), chosen, base, metric, window, ood, note, in_domain, how,
-                      _warnings(curves, in_domain, ood))
+                      partial + _warnings(curves, in_domain, ood))
+
+
+def _without_split(runs: list[RunMetrics], metric: Metric) -> tuple[str, ...]:
+    """For the recall metrics: refuse runs with no recall split at all; a warning for each run
+    that has it at some evaluations only (resumed across the version that added it): the others
+    are left out of its curve."""
+    if metric not in ("recall_loss", "other_loss"):
+        return ()
+    lacking = [r.name for r in runs if r.evals and all(getattr(p, metric) is None for p in r.evals)]
+    if lacking:
+        raise SeqError(f"no recall split in the evaluations of {', '.join(lacking)}",
+                       hint="training records it when eval_recall = true (the default since 2026-11-27); "
+                            "`seqdsl eval RUN --recall` measures it on a checkpoint")
+    return tuple(f"{r.name}: {n} of its {len(r.evals)} evaluations have no recall split and are left out"
+                 for r in runs if (n := sum(getattr(p, metric) is None for p in r.evals)))
 
 
 UNIT = {"loss": "nats/token", "bpb": "bits/byte", "recall_loss": "nats/token on recall tokens",

@@ -45,7 +45,6 @@ class EvalPoint:
     other_loss: float | None = None  # loss on the other tokens
 
 
-
 @dataclass(frozen=True)
 class RunMetrics:
     name: str  # the run directory's name

@@ -73,7 +73,7 @@ class RunConfig(BaseModel):
     eval_every: int = Field(100, ge=0)  # steps between evaluations (0: only at the end)
     eval_batch: int = Field(8, gt=0)
     # each evaluation also splits its loss into recall tokens and the others (seqdsl/run/recall.py;
-    # `seqdsl compare --metric recall_loss`): the same forwards, a sort per batch more
+    # `seqdsl compare --metric recall_loss`): the same forwards, a sort per batch more, summed on the device
     eval_recall: bool = True
     checkpoint_every: int = Field(100, ge=0)  # steps between checkpoints (0: only at the end)
     keep_checkpoints: int = Field(2, gt=0)

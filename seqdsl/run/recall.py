@@ -46,10 +46,6 @@ class RecallSplit:
     other_nll: float
     other_tokens: int
 
-    def __add__(self, other: "RecallSplit") -> "RecallSplit":
-        return RecallSplit(self.recall_nll + other.recall_nll, self.recall_tokens + other.recall_tokens,
-                           self.other_nll + other.other_nll, self.other_tokens + other.other_tokens)
-
     @property
     def recall_loss(self) -> float | None:
         """Mean NLL of the recall tokens (nats/token); None when there were none."""
@@ -60,24 +56,40 @@ class RecallSplit:
         return self.other_nll / self.other_tokens if self.other_tokens else None
 
 
+def _sums(nll: Tensor, inputs: Tensor, targets: Tensor) -> Tensor:
+    """(4,) float64 on nll's device: recall NLL, recall tokens, other NLL, other tokens."""
+    mask = recall_mask(inputs, targets)
+    nll = nll.to(torch.float64)
+    return torch.stack([nll[mask].sum(), mask.sum().to(nll.dtype), nll[~mask].sum(), (~mask).sum().to(nll.dtype)])
+
+
+def _split(sums: Tensor) -> RecallSplit:
+    rn, rt, on, ot = sums.tolist()
+    return RecallSplit(rn, int(rt), on, int(ot))
+
+
 def split_nll(nll: Tensor, inputs: Tensor, targets: Tensor) -> RecallSplit:
     """Per-token losses (B, S) of `targets` after `inputs`, summed over recall and other tokens."""
-    mask = recall_mask(inputs, targets)
-    return RecallSplit(float(nll[mask].sum()), int(mask.sum()), float(nll[~mask].sum()), int((~mask).sum()))
+    return _split(_sums(nll, inputs, targets))
 
 
 class RecallSplits:
     """The recall split of every domain an evaluation scores, gathered as it runs: pass it as
     `observe` to seqdsl/run/loss.py's `evaluate` (or `evaluate_records`), so the split covers
     exactly the windows the ordinary loss scores, in the same forwards, and the two losses
-    weighted by their token counts add up to that loss."""
+    weighted by their token counts add up to that loss. The sums stay on the device until read
+    (no host sync per batch)."""
 
     def __init__(self) -> None:
-        self.splits: dict[str, RecallSplit] = {}
+        self._sums: dict[str, Tensor | None] = {}
+
+    def split(self, domain: str) -> RecallSplit:
+        sums = self._sums[domain]
+        return RecallSplit(0.0, 0, 0.0, 0) if sums is None else _split(sums)
 
     def fields(self, domain: str) -> dict:
         """The eval record's fields of `domain`'s split (metrics.jsonl; docs/evaluation.md)."""
-        split = self.splits[domain]
+        split = self.split(domain)
         return {"recall_loss": split.recall_loss, "recall_tokens": split.recall_tokens, "other_loss": split.other_loss}
 
     def sum_over_processes(self, device) -> None:
@@ -85,17 +97,18 @@ class RecallSplits:
         processes each scored some of the batches, seqdsl/run/loss.py: `evaluate_set`)."""
         import torch.distributed as dist
 
-        domains = sorted(self.splits)  # the same order in every process: each scores every set
-        t = torch.tensor([[s.recall_nll, s.recall_tokens, s.other_nll, s.other_tokens]
-                          for s in (self.splits[d] for d in domains)], dtype=torch.float64, device=device)
-        dist.all_reduce(t)
-        for d, (rn, rt, on, ot) in zip(domains, t.tolist()):
-            self.splits[d] = RecallSplit(rn, int(rt), on, int(ot))
+        for domain in sorted(self._sums):  # the same order in every process: each scores every set
+            sums = self._sums[domain]
+            total = torch.zeros(4, dtype=torch.float64, device=device) if sums is None else sums.to(device)
+            dist.all_reduce(total)
+            self._sums[domain] = total
 
     def __call__(self, domain: str):
-        self.splits[domain] = RecallSplit(0.0, 0, 0.0, 0)
+        self._sums[domain] = None
 
         def observe(nll: Tensor, inputs: Tensor, targets: Tensor) -> None:
-            self.splits[domain] = self.splits[domain] + split_nll(nll, inputs, targets)
+            part = _sums(nll, inputs, targets)
+            before = self._sums[domain]
+            self._sums[domain] = part if before is None else before + part
 
         return observe

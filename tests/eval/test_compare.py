@@ -76,6 +76,15 @@ def test_recall_loss_metric_interpolates_the_recall_column_and_refuses_runs_with
     plain = write_run(tmp_path, "plain", dict(zip(STEPS, (4.0, 3.5, 3.0, 2.5))), [5.0, 4.6, 4.4, 4.3])
     with pytest.raises(SeqError, match="no recall split in the evaluations of plain"):
         compare([read_run(two_runs[0]), read_run(plain)], metric="recall_loss")
+    # a run with the split at its later evaluations only: the earlier ones are left out, with a warning
+    rows = [json.loads(line) for line in (plain / "metrics.jsonl").read_text().splitlines()]
+    for r in rows:
+        if r["kind"] == "eval" and r["step"] >= 30:
+            r.update(recall_loss=r["loss"] + 1, recall_tokens=10, other_loss=r["loss"])
+    (plain / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cmp = compare([read_run(two_runs[0]), read_run(plain)], metric="recall_loss", levels=[2.75])
+    assert "plain: 4 of its 8 evaluations have no recall split and are left out" in cmp.warnings
+    assert [p.step for p in cmp.curves[1].domains["code"]] == [30, 40]
 
 
 def test_default_levels_lie_inside_the_range_every_run_covers(two_runs):

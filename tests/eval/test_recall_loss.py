@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from seqdsl.run.recall import RecallSplit, recall_mask, split_nll
+from seqdsl.run.recall import RecallSplit, RecallSplits, recall_mask, split_nll
 
 
 def test_hand_worked_example():
@@ -35,8 +35,14 @@ def test_mask_matches_a_loop_over_earlier_positions():
 def test_rows_do_not_share_bigrams_and_splits_add():
     x, y = torch.tensor([[1, 1], [2, 1]]), torch.tensor([[2, 2], [1, 9]])
     assert recall_mask(x, y).tolist() == [[False, True], [False, False]]
-    both = RecallSplit(1.0, 1, 2.0, 2) + RecallSplit(3.0, 1, 4.0, 2)
-    assert both == RecallSplit(4.0, 2, 6.0, 4) and both.recall_loss == 2.0
+    # batches observed one by one add up to the split of all their rows at once
+    nll = torch.tensor([[0.5, 1.5], [2.0, 4.0]], dtype=torch.float64)
+    splits = RecallSplits()
+    observe = splits("d")
+    observe(nll[:1], x[:1], y[:1])
+    observe(nll[1:], x[1:], y[1:])
+    assert splits.split("d") == split_nll(nll, x, y) == RecallSplit(1.5, 1, 6.5, 3)
+    assert splits.fields("d") == {"recall_loss": 1.5, "recall_tokens": 1, "other_loss": 6.5 / 3}
     assert RecallSplit(0.0, 0, 1.0, 1).recall_loss is None
 
 

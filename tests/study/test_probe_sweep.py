@@ -33,8 +33,8 @@ def test_collect_keeps_the_earlier_units_and_replaces_a_rerun(tmp_path):
     (dest / "probe.jsonl").write_text(f"{record('transformer', 'mqar', 0.5)}\n{record('alibi', 'mqar', 0.25)}\n")
     write_unit(root, "alibi", "mqar", [record("alibi", "mqar", 0.75)])  # run again
     write_unit(root, "alibi", "copy", [record("alibi", "copy", 1.0)])  # new
-    for _ in range(2):  # collecting twice changes nothing
-        assert sweep.main(["collect", "--out", str(root), "--dest", str(dest), "--only", "transformer", "alibi"]) == 0
+    for _ in range(2):  # collecting twice changes nothing; --only never drops the other specs' units
+        assert sweep.main(["collect", "--out", str(root), "--dest", str(dest), "--only", "alibi"]) == 0
         got = [(r["label"], r["task"], r["accuracy"]) for r in map(json.loads, (dest / "probe.jsonl").read_text().splitlines())]
         # unit order: task by task, the reference first
         assert got == [("transformer", "mqar", 0.5), ("alibi", "mqar", 0.75), ("alibi", "copy", 1.0)]
@@ -52,5 +52,31 @@ def test_a_sweep_skips_the_units_collected_before(tmp_path, capsys):
     assert sweep.main(["run", "--out", str(tmp_path / "root"), "--records", str(dest), "--only", "alibi"]) == 0
     assert "0 units" in capsys.readouterr().out
     (dest / "units.jsonl").write_text(json.dumps(outcome("alibi", "mqar", rc="timeout")) + "\n")
+    assert sweep.main(["run", "--out", str(tmp_path / "root"), "--records", str(dest), "--only", "alibi",
+                       "--until", "0"]) == 0  # the failed unit is not queued; the others are (none starts)
+    assert f"{len(tasks) * len(seeds) - 1} units" in capsys.readouterr().out
     assert sweep.main(["status", "--out", str(tmp_path / "root"), "--records", str(dest), "--only", "alibi"]) == 0
     assert f"1 rc=timeout, {len(tasks) - 1} not run" in capsys.readouterr().out
+
+
+def test_a_claim_is_taken_over_only_from_a_process_that_is_gone(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    unit = sweep.Unit("alibi", "mqar")
+    assert sweep.claim(tmp_path, unit, retry=False)
+    claim = tmp_path / "claims" / unit.name
+    assert (claim / "pid").read_text() == str(os.getpid())
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (claim / "pid").write_text(gone.stdout.strip())  # a worker of a lost call
+    assert sweep.claim(tmp_path, unit, retry=False)
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"]) as live:
+        (claim / "pid").write_text(str(live.pid))  # a live worker holds it
+        assert not sweep.claim(tmp_path, unit, retry=False)
+        live.kill()
+    (tmp_path / "units" / unit.name).mkdir(parents=True)
+    (tmp_path / "units" / unit.name / "unit.json").write_text(json.dumps(outcome("alibi", "mqar", rc="timeout")))
+    assert not sweep.claim(tmp_path, unit, retry=False)  # failed here: only --retry runs it again
+    (claim / "pid").write_text(str(os.getpid()))
+    assert sweep.claim(tmp_path, unit, retry=True)
