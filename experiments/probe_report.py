@@ -182,6 +182,20 @@ def accuracy_table(levels: list[Level], table: dict) -> list[str]:
     return lines
 
 
+def elimination(levels: list[Level]) -> list[float] | None:
+    """MQAR's accuracy without recall at each level: with P pairs all queried once in random
+    order, answering with a value not yet given scores 1/P, 1/(P-1), ..., 1 over the queries,
+    a mean of H_P / P (the harmonic number). None unless every level queries each pair once."""
+    out = []
+    for lv in levels:
+        fields = dict(part.split("=") for part in lv.level.split())
+        if "pairs" not in fields or fields.get("queries") != fields["pairs"]:
+            return None
+        pairs = int(fields["pairs"])
+        out.append(sum(1 / n for n in range(1, pairs + 1)) / pairs)
+    return out
+
+
 def short_convolutions(records: list[dict]) -> dict[str, bool]:
     """spec label -> whether a mixer of its model has a short convolution or token shift (the IR's
     `conv` slot, read from the spec file the records name)."""
@@ -221,6 +235,9 @@ def statement(levels: list[Level], table: dict, bar: dict[Level, Bar], found: li
         line = (f"- **{task} is not judged at {', '.join(lv.level for lv in missed)}**: {REFERENCE} reached "
                 + ", ".join(f"{pct(bar[lv].mean)}%" for lv in missed) + f" there (below {100 * LEARNT:.0f}%). "
                 + f"Specs at {100 * LEARNT:.0f}% or more at every trained difficulty: {', '.join(solved) or 'none'}")
+        if task == "mqar" and (guess := elimination(missed)):
+            line += ("; answering each query with a value not yet asked for, without recall, scores "
+                     + ", ".join(f"{pct(g)}%" for g in guess) + f" there ({REFERENCE}'s plateau)")
         if task == "induction":  # the mechanism this task needs first: each position's predecessor
             shifted = [spec for spec in solved if short_conv.get(spec)]
             line += (f"; {len(shifted)} of these {len(solved)} have a short convolution or token shift (of the "

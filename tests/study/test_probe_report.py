@@ -95,3 +95,9 @@ def test_a_verdict_from_backend_findings_alone_predicts_no_shortfall():
     assert probe_report.judge("w", "degraded (W002)", {level: 0.5}, bar).agrees \
         == "no: short where degraded (no failed pillar) predicts none"
     assert probe_report.judge("r", "degraded (R003, W002)", {level: 0.5}, bar).agrees == "yes"
+
+
+def test_mqar_without_recall_scores_the_harmonic_mean_of_elimination():
+    levels = [probe_report.Level("mqar", f"seq_len=32 pairs={p} queries={p}", True) for p in (1, 2, 4)]
+    assert probe_report.elimination(levels) == [1.0, 0.75, (1 + 1 / 2 + 1 / 3 + 1 / 4) / 4]
+    assert probe_report.elimination([probe_report.Level("mqar", "seq_len=32 pairs=4 queries=2", True)]) is None
