@@ -27,7 +27,6 @@ import os
 import queue
 import shlex
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -35,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+from gpu_jobs import gpu_name, pool, sayer, timed  # noqa: E402
 DEST = REPO / "docs" / "probe_results"
 # Most telling first: if the machine goes back, the recall tasks of every spec are in.
 TASK_ORDER = ("mqar", "copy", "selective_copy", "needle", "induction", "a5", "s5")
@@ -138,31 +139,15 @@ def _held(claim_dir: Path) -> bool:
         return True  # alive, another user's process
 
 
-def gpu_name(index: int) -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(index)],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip() or "unknown GPU"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown GPU"
-
-
 def execute(root: Path, unit: Unit, gpu: int, timeout: float, extra: tuple[str, ...]) -> dict:
     out = root / "units" / unit.name
     out.mkdir(parents=True, exist_ok=True)
     cmd = unit.command(out, extra)
     env = {**os.environ, **ENV, "CUDA_VISIBLE_DEVICES": str(gpu)}
     started = time.time()
-    with (out / "probe.log").open("a") as log:
-        log.write(f"$ {shlex.join(cmd)}\n")
-        log.flush()
-        try:
-            rc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]], cwd=REPO, env=env,
-                                stdout=log, stderr=subprocess.STDOUT, timeout=timeout).returncode
-        except subprocess.TimeoutExpired:
-            rc = "timeout"
+    rc, seconds = timed(cmd, env, out / "probe.log", timeout)
     result = {"unit": unit.name, "spec": unit.spec, "task": unit.task, "seed": unit.seed, "rc": rc,
-              "wall_s": round(time.time() - started, 1), "gpu": gpu, "gpu_name": gpu_name(gpu),
+              "wall_s": round(seconds, 1), "gpu": gpu, "gpu_name": gpu_name(gpu),
               "command": shlex.join(cmd),
               "env": ENV, "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))}
     (out / "unit.json").write_text(json.dumps(result) + "\n")
@@ -176,31 +161,19 @@ def run(args: argparse.Namespace) -> int:
     for unit in units(args.only):
         if unit.name not in done:  # collected by an earlier sweep: not run again
             todo.put(unit)
-    lock = threading.Lock()
+    lock = threading.Lock()  # claims: one worker at a time (the mkdir is atomic across processes)
+    say = sayer()
 
-    def say(line: str) -> None:
+    def handle(unit: Unit, gpu: int) -> None:
         with lock:
-            print(time.strftime("%H:%M:%S"), line, flush=True)
+            mine = claim(root, unit, args.retry)
+        if mine:
+            r = execute(root, unit, gpu, args.timeout, tuple(args.extra))
+            say(f"gpu {gpu}: {unit.name} rc={r['rc']} in {r['wall_s']:.0f} s")
 
-    def worker(gpu: int) -> None:
-        while args.until is None or time.time() < args.until:
-            try:
-                unit = todo.get_nowait()
-            except queue.Empty:
-                return
-            with lock:
-                mine = claim(root, unit, args.retry)
-            if mine:
-                r = execute(root, unit, gpu, args.timeout, tuple(args.extra))
-                say(f"gpu {gpu}: {unit.name} rc={r['rc']} in {r['wall_s']:.0f} s")
-
-    gpus = [int(g) for g in args.gpus.split(",")]
     say(f"{todo.qsize()} units, {args.workers} worker(s) on each of GPU(s) {args.gpus}")
-    threads = [threading.Thread(target=worker, args=(g,)) for g in gpus for _ in range(args.workers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    gpus = [int(g) for g in args.gpus.split(",")]
+    pool(todo, [g for g in gpus for _ in range(args.workers)], handle, until=args.until, say=say)
     say("sweep worker pool done")
     return 0
 

@@ -29,12 +29,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "experiments"))
+from gpu_jobs import gpu_name, pool, sayer, timed  # noqa: E402
 RECORDS = REPO / "docs" / "results" / "runs"
 DOMAINS = ("web_blogs", "wikipedia", "arxiv", "stackexchange", "books", "code")
 TOKENIZER = Path("tokenizers") / "gpt-neox-20b" / "tokenizer.json"
@@ -118,27 +119,6 @@ def progress(out: Path) -> str:
 ANSWERED = (0, 2)
 
 
-def gpu_name(index: int) -> str:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader", "-i", str(index)],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip() or "unknown GPU"
-    except (OSError, subprocess.TimeoutExpired):
-        return "unknown GPU"
-
-
-def timed(cmd: list[str], env: dict, log: Path) -> tuple[int, float]:
-    """Run a `seqdsl ...` command line with this interpreter (the command a user types, without
-    needing the entry point on PATH), its output appended to log."""
-    t0 = time.time()
-    with log.open("a") as sink:
-        sink.write(f"$ {shlex.join(cmd)}\n")
-        sink.flush()
-        argv = [sys.executable, "-m", "seqdsl.cli.main", *cmd[1:]]
-        rc = subprocess.run(argv, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT).returncode
-    return rc, time.time() - t0
-
-
 def execute(run: Run, gpu: int, args: argparse.Namespace, say) -> None:
     runs, data = args.runs.resolve(), args.data.resolve()
     out = runs / run.name
@@ -179,27 +159,9 @@ def run_study(args: argparse.Namespace) -> int:
             continue  # its records are in the repository already: a later session does not rerun it
         if not (finished(runs / run.name) and lengths_done(runs / run.name)):
             todo.put(run)
-    lock = threading.Lock()
-
-    def say(line: str) -> None:
-        with lock:
-            print(time.strftime("%H:%M:%S"), line, flush=True)
-
-    def worker(gpu: int) -> None:
-        while args.until is None or time.time() < args.until:
-            try:
-                run = todo.get_nowait()
-            except queue.Empty:
-                return
-            execute(run, gpu, args, say)
-        say(f"gpu {gpu}: stopped at the deadline")
-
+    say = sayer()
     say(f"{todo.qsize()} runs to do on {args.gpus} GPU(s)")
-    threads = [threading.Thread(target=worker, args=(g,)) for g in range(args.gpus)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    pool(todo, list(range(args.gpus)), lambda run, gpu: execute(run, gpu, args, say), until=args.until, say=say)
     say("study done" if todo.empty() else f"{todo.qsize()} runs left for a later call")
     return 0
 
