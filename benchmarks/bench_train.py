@@ -64,7 +64,7 @@ def _sync(device: torch.device) -> None:
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
                compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False,
-               micro_batch: int | None = None) -> dict:
+               micro_batch: int | None = None, scope: str = "block") -> dict:
     torch._dynamo.reset()  # each spec compiles afresh: guards of earlier specs' models must not count
     resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
     program, spec = resized.program, resized.model.model_copy(update={"context": seq})
@@ -75,11 +75,11 @@ def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup:
             if block.mixer.key.family == "recurrent":
                 set_path(block, "reference.chunked")
     # seqdsl train's defaults: optimizer, clip, precision
-    config = RunConfig(compile=compile_blocks, cuda_graphs=cuda_graphs)
+    config = RunConfig(compile=compile_blocks, cuda_graphs=cuda_graphs, compile_scope=scope)
     amp = autocast_dtype(config.dtype, device)
     if config.compile:
         lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
-    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs, scope=config.compile_scope)
     opt = optimizer_for(lm, config)
     x = torch.randint(0, spec.vocab, (batch, seq + 1), device=device)  # (B, T + 1)
     times, first = [], None

@@ -3,7 +3,7 @@ benchmarks/bench_train.py's synthetic-token step of the same shape, measured in 
 
     python benchmarks/bench_train_command.py --data DIR --tokenizer FILE.json \
         [--specs transformer,top1_chunk_approx] [--steps 40] [--batch 64 --micro-batch 16] \
-        [--no-cuda-graphs] [--out FILE.json]
+        [--no-cuda-graphs] [--no-bench] [--out FILE.json]
 
 For each spec: (1) bench_train.bench_spec, the step on random tokens (compile, CUDA graphs, the
 same batch and micro batch); (2) `seqdsl train SPEC` in a fresh process on the folders of DIR
@@ -14,6 +14,10 @@ the steps after the first quarter (compilation and warm-up), the time to first s
 paths per layer (`seqdsl lower`'s plan, as the run's log prints it). MFU is against the bf16
 GEMM rate measured in this call. Prints a table and writes JSON (default
 benchmarks/results/bench_train_command_<device>_<date>.json).
+
+`--no-bench` runs only `seqdsl train` (for specs whose benchmark half compiles for minutes: the
+stateful families); the table then gives each spec's ratio to Transformer++'s `seqdsl train` in
+the same call, when transformer is among the specs.
 """
 
 from __future__ import annotations
@@ -34,10 +38,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_train import bench_spec  # noqa: E402
+import seqdsl  # noqa: E402
+from bench_train import SPECS, bench_spec  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import mfu  # noqa: E402
+from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.run.device import pick_device  # noqa: E402
+from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
 
 def _config(args, data_dirs: list[str], steps: int) -> str:
@@ -54,6 +61,7 @@ checkpoint_every = 0
 log_every = 5
 compile = true
 cuda_graphs = {str(args.cuda_graphs).lower()}
+compile_scope = "{args.compile_scope}"
 
 [data]
 source = "files"
@@ -85,13 +93,21 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     steady = train[len(train) // 4:]
     step_s = [args.batch * args.seq / r["tokens_per_s"] for r in steady]
     first = next(r for r in rows if r.get("event") == "first_step")
+    paths = next((r["detail"] for r in rows if r.get("event") == "paths"), "")
     config_json = json.loads((out / "config.json").read_text())
     return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
+            "first_step_detail": first["detail"], "selfcheck_s": first.get("selfcheck_seconds"), "paths": paths,
             "data_wait_fraction": statistics.median(r["data_wait_s"] / s for r, s in zip(steady, step_s)),
             "data_wait_s_max": max(r["data_wait_s"] for r in steady),
             "time_to_first_step_s": first["seconds"], "wall_s": wall, "steps": len(train),
             "model": config_json["model_name"], "final_loss": train[-1]["loss"],
             "evals": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}}
+
+
+def _flops_per_token(spec: str, args) -> float:
+    """The training FLOPs per token of SPEC at the run's shape (what bench_spec reports)."""
+    resized = model_at(seqdsl.load(SPECS / f"{spec}.seq").program, preset=args.preset)
+    return training_flops_per_token(resized.program, resized.model.model_copy(update={"context": args.seq}), args.seq)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -108,7 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--bench-steps", type=int, default=10)
     p.add_argument("--eval-tokens", type=int, default=65_536)
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--compile-scope", choices=("block", "model"), default="block",
+                   help="how the model body is compiled (RunConfig.compile_scope), for both halves")
     p.add_argument("--workdir", default="/tmp/bench_train_command")
+    p.add_argument("--no-bench", dest="bench", action="store_false",
+                   help="only `seqdsl train`; ratios against transformer's run in this call")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     device = pick_device("auto")
@@ -121,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     print(f"device {device_name}; {args.preset}, seq {args.seq}, batch {args.batch} = {args.micro_batch} x "
-          f"{args.batch // args.micro_batch}, compile, CUDA graphs {args.cuda_graphs}; bf16 GEMM "
+          f"{args.batch // args.micro_batch}, compile ({args.compile_scope}), CUDA graphs {args.cuda_graphs}; bf16 GEMM "
           f"{gemm / 1e12:.0f} TFLOP/s" if gemm else f"device {device_name}", flush=True)
     print(f"{'spec':<20} {'bench tok/s':>12} {'train tok/s':>12} {'ratio':>6} {'MFU':>6} {'wait':>6} "
           f"{'1st step s':>10}", flush=True)
@@ -129,10 +149,10 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.specs.split(","):
         row: dict = {"spec": spec}
         try:
-            bench = bench_spec(spec, args.preset, args.seq, args.batch, args.bench_steps, 3, device, True,
-                               args.cuda_graphs, micro_batch=args.micro_batch)
-            row["bench"] = bench
-            torch.cuda.empty_cache()
+            if args.bench:
+                row["bench"] = bench_spec(spec, args.preset, args.seq, args.batch, args.bench_steps, 3, device, True,
+                                          args.cuda_graphs, micro_batch=args.micro_batch, scope=args.compile_scope)
+                torch.cuda.empty_cache()
             row["train"] = run_command(spec, args, workdir)
         except Exception as err:  # one failing spec must not hide the others' figures
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
@@ -143,13 +163,23 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{spec:<20} {bench['tokens_per_s']:>12,.0f} {train['tokens_per_s']:>12,.0f} {row['ratio']:>6.2f} "
                   f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "
                   f"{train['time_to_first_step_s']:>10.1f}  {', '.join(bench['paths'])}", flush=True)
+        elif not args.bench and "tokens_per_s" in train:
+            base = next((r["train"]["tokens_per_s"] for r in [*rows, row]
+                         if r["spec"] == "transformer" and "tokens_per_s" in r.get("train", {})), None)
+            row["vs_transformer"] = train["tokens_per_s"] / base if base else None
+            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], _flops_per_token(spec, args), gemm) if gemm else None
+            ratio = f"{row['vs_transformer']:>5.2f}T" if base else f"{'':>6}"
+            print(f"{spec:<20} {'-':>12} {train['tokens_per_s']:>12,.0f} {ratio} "
+                  f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "
+                  f"{train['time_to_first_step_s']:>10.1f}  self-checks {train['selfcheck_s'] or 0:.1f} s; "
+                  f"{train['paths']}", flush=True)
         else:
             print(f"{spec:<20} failed: {row.get('error') or train.get('error')}", flush=True)
         rows.append(row)
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "gemm_bf16_flops": gemm, "args": vars(args), "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
-    return 0 if all("ratio" in r for r in rows) else 1
+    return 0 if all("ratio" in r or "vs_transformer" in r for r in rows) else 1
 
 
 if __name__ == "__main__":

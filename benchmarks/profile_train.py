@@ -61,7 +61,7 @@ def time_variant(args, device: torch.device, variant: str) -> tuple[dict, object
     amp = autocast_dtype(config.dtype, device)
     if config.compile:
         lm.plan_paths(device, amp)  # as seqdsl train does: planning cannot be traced
-    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs, scope=config.compile_scope)
     opt = optimizer_for(lm, config)
 
     def step(x):

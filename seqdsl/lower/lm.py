@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from typing import cast
 from dataclasses import dataclass
 
@@ -106,6 +107,11 @@ class Block(nn.Module):
         return x, BlockState(mixer_state, shift)
 
 
+def block_hidden(block: nn.Module, x: Tensor) -> Tensor:
+    """One block of `LanguageModel.training_hidden`: (B, T, D) -> (B, T, D), no state."""
+    return block(x, _FRESH, keep_state=False)[0]
+
+
 class LanguageModel(nn.Module):
     def __init__(self, program: nodes.Program, model: nodes.Model):
         super().__init__()
@@ -162,14 +168,15 @@ class LanguageModel(nn.Module):
             new_state.append(s)
         return self.logits(x), new_state
 
-    def training_hidden(self, tokens: Tensor) -> Tensor:
+    def training_hidden(self, tokens: Tensor, run_block: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Tensor:
         """(B, T, D) output of the last block for whole sequences from position 0, no state
         carried in or out: the body of the forward training runs, written as one plain function so
         `torch.compile` traces it as one graph (seqdsl/train/step.py). `logits` of it equal
-        forward(tokens)[0], without forward's checks."""
+        forward(tokens)[0], without forward's checks. `run_block(block, x)`, when given, runs each
+        block instead (`block_hidden` compiled once for every block: step.py)."""
         x = self.embed(tokens)
         for block in self.blocks:
-            x, _ = block(x, _FRESH, keep_state=False)
+            x = block_hidden(block, x) if run_block is None else run_block(block, x)
         return x
 
     def logits(self, hidden: Tensor) -> Tensor:

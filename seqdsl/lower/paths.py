@@ -114,6 +114,10 @@ class PathChooser:
         """{device type: plan} for every device this mixer has run on."""
         return dict(self.chosen)
 
+    def planned(self) -> list[tuple[str, torch.dtype | None]]:
+        """The (device, input dtype) pairs this mixer has planned a path for."""
+        return list(self._plans)
+
     def reset(self) -> None:
         self.chosen.clear()
         self._plans.clear()

@@ -141,11 +141,13 @@ class InputStage:
         calls. A sum over the taps in the (B, T, C) layout, on every device: F.conv1d wants
         (B, C, T), and its transposes and depthwise kernels cost as much on a GPU as the taps
         fused by inductor, and far more on a CPU for decoding's few tokens (docs/mamba.md, the
-        fourth GPU round)."""
+        fourth GPU round). The output keeps the input's dtype, as mamba's causal_conv1d does: a
+        float32 weight would promote bf16 activations to float32, and every op after it (mamba's
+        SSD kernels among them) would then run in float32 under autocast."""
         size = self.plan.conv
         if size is None:
             return u, None
-        weight = m.get_parameter("conv_weight")
+        weight = m.get_parameter("conv_weight").to(u.dtype)
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)

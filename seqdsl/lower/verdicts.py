@@ -19,6 +19,8 @@ import hashlib
 import json
 import os
 import tempfile
+import time
+from dataclasses import dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Callable
@@ -28,6 +30,23 @@ import torch
 from seqdsl import cache_root
 
 _PACKAGES = ("torch", "triton", "fla-core", "flash-linear-attention", "mamba-ssm", "seqdsl")
+
+
+@dataclass
+class Spent:
+    """What this process's first-use checks and races cost: `seconds` of wall time in the
+    `computed` ones, beside the `kept` ones read from disk (the time to first step says it)."""
+    seconds: float = 0.0
+    computed: int = 0
+    kept: int = 0
+
+
+_SPENT = Spent()
+
+
+def spent() -> Spent:
+    """A copy of this process's totals so far."""
+    return replace(_SPENT)
 
 
 def cache_dir() -> Path:
@@ -78,17 +97,31 @@ def _kept(what: dict[str, object], device: torch.device, compute: Callable[[], d
     """The JSON record `compute()` makes for the facts `what` on `device`: read from its file when
     one holds every field, else computed and written."""
     if os.environ.get("SEQDSL_SELFCHECK_CACHE", "1") == "0":
-        return compute()
+        return _timed(compute)
     facts = {k: str(v) for k, v in what.items()} | machine_facts(device)
     name = hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()[:24]
     path = cache_dir() / f"{name}.json"
     try:
         stored = json.loads(path.read_text())
         if stored.get("facts") == facts and all(f in stored for f in fields):
+            _SPENT.kept += 1
             return stored
     except (OSError, ValueError, AttributeError):
         pass  # absent or unreadable: compute again
-    record = compute()
+    return _write(path, facts, _timed(compute))
+
+
+def _timed(compute: Callable[[], dict]) -> dict:
+    t0 = time.perf_counter()
+    try:
+        return compute()
+    finally:
+        _SPENT.seconds += time.perf_counter() - t0
+        _SPENT.computed += 1
+
+
+def _write(path: Path, facts: dict[str, str], record: dict) -> dict:
+    """`record` (returned), stored under `path` with its facts, atomically."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:

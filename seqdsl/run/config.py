@@ -84,6 +84,10 @@ class RunConfig(BaseModel):
     # with compile, on CUDA: replay each compiled piece as a CUDA graph (torch.compile's
     # "reduce-overhead"), so a step no longer waits on hundreds of kernel launches
     cuda_graphs: bool = False
+    # with compile: "block" compiles one block function shared by blocks of one structure (start-up
+    # of about one block's compilation); "model" traces every block into one graph (minutes for
+    # deep chunked recurrences). The same computation either way (seqdsl/train/step.py, CausalLoss)
+    compile_scope: Literal["block", "model"] = "block"
     # With several processes (torchrun): ddp replicates the model and optimizer in every process;
     # fsdp shards them (FSDP2, per block) for the presets whose replicas do not fit (1.3b and up).
     # Ignored by a single process. Checkpoints are the same either way (docs/training.md).

@@ -20,7 +20,9 @@ def config_digest(resolved: dict) -> str:
     # keep_absolute acts through the spec it resolves to, which spec_digest covers: a run from
     # before the key existed resumes when its spec is unchanged
     # eval_recall adds measures to the records, not to what trains: a run from before it resumes
-    ignored = ("out", "device_name", "torch_version", "seqdsl_version", "keep_absolute", "eval_recall") + LAYOUT_KEYS
+    # compile_scope changes how the same step is compiled, not what it computes
+    ignored = ("out", "device_name", "torch_version", "seqdsl_version", "keep_absolute", "eval_recall",
+               "compile_scope") + LAYOUT_KEYS
     keep = {k: v for k, v in resolved.items() if k not in ignored}
     if isinstance(keep.get("data"), dict):  # the token cache changes how the stream is read, not what it is
         keep["data"] = {k: v for k, v in keep["data"].items() if k != "token_cache"}

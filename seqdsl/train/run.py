@@ -26,6 +26,7 @@ import torch
 from seqdsl.data.packing import Cursor
 from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
+from seqdsl.lower import verdicts
 from seqdsl.lower.lm import LanguageModel, path_lines
 from seqdsl.run import checkpoint
 from seqdsl.run.config import RunConfig
@@ -244,7 +245,7 @@ def _wrap(config: RunConfig, lm: LanguageModel, d: distributed.Dist, device: tor
     """The loss, wrapped for data parallelism, and the optimizer."""
     if config.compile:
         lm.plan_paths(device, amp)  # self-checks and path logs run eagerly, outside the traced graphs
-    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs)
+    loss_fn = CausalLoss(lm, compile=config.compile, cuda_graphs=config.cuda_graphs, scope=config.compile_scope)
     # the data-parallel wrapping point (before the optimizer: FSDP2 replaces the parameters)
     parallel = distributed.wrap_model(lm, loss_fn, d, config.parallel, device, amp)
     return parallel, optimizer_for(lm, config)
@@ -329,11 +330,14 @@ def _record_step(run: _Run, position: _Position, clock: _Clock, step: int, batch
     tokens_per_s = run.step_tokens / (now - t0)
     utilisation = run.mfu(tokens_per_s)
     if step == position.start:
-        compiling = f" (compiling {len(run.lm.blocks)} blocks and the loss head)" if run.config.compile else ""
+        compiling = f", compiling {len(run.lm.blocks)} blocks and the loss head" if run.config.compile else ""
+        checks = verdicts.spent()
         run.log.write({"kind": "event", "step": step + 1, "event": "first_step",
                        "detail": f"{now - clock.launched:.1f} s from the start of the command to the end of the "
-                                 f"first step, which took {now - t0:.1f} s{compiling}",
-                       "seconds": now - clock.launched})
+                                 f"first step, which took {now - t0:.1f} s ({checks.seconds:.1f} s in "
+                                 f"{checks.computed} first-use self-checks or races, {checks.kept} known from "
+                                 f"the cache{compiling})",
+                       "seconds": now - clock.launched, "selfcheck_seconds": checks.seconds})
         # the first forward has planned every mixer's path: say which ran
         paths = path_lines(run.lm.describe_paths(run.device))
         run.log.write({"kind": "event", "step": step + 1, "event": "paths", "detail": "; ".join(paths)})

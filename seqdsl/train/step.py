@@ -11,6 +11,7 @@ step.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager, nullcontext
 
@@ -19,6 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.distributed.tensor import DTensor
 
+from seqdsl.lower.lm import block_hidden
 from seqdsl.run.device import autocast
 
 
@@ -35,23 +37,32 @@ class CausalLoss(nn.Module):
     model's own forward (with its checks), so FSDP2's hooks on the model (gathering the embedding,
     final norm and head) run.
 
-    `compile=True` compiles two graphs: the model's body (`LanguageModel.training_hidden`: the
-    embedding and every block) and its head with the loss (final norm, head, float32
-    cross-entropy). That split is the one measured fastest on an H100
-    (benchmarks/profile_train.py); compiling each Block on its own made dynamo recompile
-    `Block.forward` per block instance and run blocks eagerly past its recompile limit, and an
-    uncompiled head ran the 50,257-wide GEMM on an unaligned cuBLAS kernel. `cuda_graphs=True`
-    compiles both with mode "reduce-overhead": replayed as CUDA graphs (on a GPU; torch.compile
-    warns and runs without graphs elsewhere). Call `lm.plan_paths` first: planning cannot be
-    traced."""
+    `compile=True` compiles the model's body (`LanguageModel.training_hidden`: every block; the
+    embedding too with scope "model") and its head with the loss (final norm, head, float32
+    cross-entropy); an uncompiled head ran the 50,257-wide GEMM on an unaligned cuBLAS kernel.
+    `scope` says how the body is compiled:
+      "model"   one graph of every block (benchmarks/profile_train.py measured it fastest on an
+                H100): compilation grows with the depth, minutes for the chunked recurrences;
+      "block"   one function `block_hidden(block, x)` compiled for all blocks: blocks of one
+                structure share its graph (the block is an argument, its parameters inputs), so
+                a 12-block model compiles about one block's worth. Blocks that differ get graphs
+                of their own, up to one per block (the recompile limit is raised to the depth:
+                past dynamo's limit it would run the rest eagerly, silently).
+    `cuda_graphs=True` compiles with mode "reduce-overhead": replayed as CUDA graphs (on a GPU;
+    torch.compile warns and runs without graphs elsewhere). Call `lm.plan_paths` first:
+    planning cannot be traced."""
 
-    def __init__(self, lm: nn.Module, *, compile: bool = False, cuda_graphs: bool = False):
+    def __init__(self, lm: nn.Module, *, compile: bool = False, cuda_graphs: bool = False,
+                 scope: str = "block"):
         super().__init__()
         if cuda_graphs and not compile:
             raise ValueError("cuda_graphs needs compile")
+        if scope not in ("model", "block"):
+            raise ValueError(f"compile scope must be 'model' or 'block', got {scope!r}")
         self.lm = lm
         self.compile = compile
         self.cuda_graphs = cuda_graphs
+        self.scope = scope
         self._compiled: tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]] | None = None
 
     def _graphs(self) -> tuple[Callable[[Tensor], Tensor], Callable[[Tensor, Tensor], Tensor]]:
@@ -61,8 +72,14 @@ class CausalLoss(nn.Module):
         earlier, it would be the bare method, and see sharded weights."""
         if self._compiled is None:
             mode = "reduce-overhead" if self.cuda_graphs else None
-            self._compiled = (torch.compile(self.lm.training_hidden, mode=mode),
-                              torch.compile(self._head_loss, mode=mode))
+            head_loss = torch.compile(self._head_loss, mode=mode)
+            if self.scope == "model":
+                self._compiled = (torch.compile(self.lm.training_hidden, mode=mode), head_loss)
+            else:
+                depth = len(self.lm.blocks)
+                torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, depth + 1)
+                self._compiled = (functools.partial(self.lm.training_hidden,
+                                                    run_block=torch.compile(block_hidden, mode=mode)), head_loss)
         return self._compiled
 
     def _head_loss(self, hidden: Tensor, targets: Tensor) -> Tensor:

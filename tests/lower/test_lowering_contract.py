@@ -55,6 +55,10 @@ def test_bf16_autocast_forward_backward_and_no_grad_decode(path):
     loss.backward()
     assert torch.isfinite(loss)
     assert all(torch.isfinite(p.grad).all() for p in lm.parameters() if p.grad is not None)
+    # under bf16 autocast every path is planned (self-checked, raced, run) for bf16 inputs: a
+    # float32 parameter in front of the path (the convolution's weight was one) would promote the
+    # activations, and a GPU path (mamba's SSD kernels) would then run in float32
+    assert {dtype for block in lm.blocks for _, dtype in block.mixer.paths.planned()} == {torch.bfloat16}
     with torch.no_grad():
         out = lm.generate(tokens[:, :5], steps=3)
     assert out.shape == (2, 8)

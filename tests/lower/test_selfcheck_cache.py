@@ -3,6 +3,8 @@ version set, re-checked when anything they depend on changes or the file is unre
 
 from __future__ import annotations
 
+import time
+
 import torch
 
 from seqdsl.lower import verdicts
@@ -56,3 +58,26 @@ def test_the_store_can_be_turned_off(tmp_path, monkeypatch):
     verdicts.cached({"op": "a"}, CPU, check)
     verdicts.cached({"op": "a"}, CPU, check)
     assert len(calls) == 2 and not (tmp_path / "selfcheck").exists()
+
+
+def test_the_time_spent_in_checks_is_counted_for_the_first_step_record(tmp_path, monkeypatch):
+    """The time to first step says how much of it went into first-use checks: each computed
+    check adds its wall time, each verdict read back from disk counts as kept."""
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
+    before = verdicts.spent()
+
+    def slow_check():
+        t0 = time.perf_counter()
+        while time.perf_counter() - t0 < 0.05:
+            pass
+        return True, ""
+
+    facts = {"op": "timed", "dtype": torch.float32}
+    verdicts.cached(facts, CPU, slow_check)
+    verdicts.cached(facts, CPU, slow_check)
+    after = verdicts.spent()
+    assert (after.computed - before.computed, after.kept - before.kept) == (1, 1)
+    assert 0.05 <= after.seconds - before.seconds < 5.0
+    monkeypatch.setenv("SEQDSL_SELFCHECK_CACHE", "0")  # no store: every check is computed and timed
+    verdicts.cached(facts, CPU, slow_check)
+    assert verdicts.spent().computed - before.computed == 2

@@ -14,17 +14,18 @@ import torch
 
 import seqdsl
 from seqdsl.ir.presets import model_at
-from seqdsl.lower.lm import LanguageModel
+from seqdsl.lower.lm import LanguageModel, block_hidden
 from seqdsl.train import optim
 from seqdsl.run.config import RunConfig
 from seqdsl.train.step import CausalLoss, apply_update, training_step
 from tests.train.helpers import MICRO_SPEC
 
 
-def micro_lm(seed: int = 0) -> LanguageModel:
+def micro_lm(seed: int = 0, layers: int | None = None) -> LanguageModel:
     program = seqdsl.loads(MICRO_SPEC).program
+    model = model_at(program).model
     torch.manual_seed(seed)
-    return LanguageModel(program, model_at(program).model)
+    return LanguageModel(program, model if layers is None else model.model_copy(update={"layers": layers}))
 
 
 def rows(n: int = 4, seed: int = 1) -> torch.Tensor:
@@ -113,14 +114,55 @@ def test_apply_update_steps_and_drops_the_gradients():
     assert not torch.equal(before, lm.embed.weight) and all(p.grad is None for p in lm.parameters())
 
 
-def test_compile_compiles_the_model_body_and_the_head_with_its_loss():
+@pytest.mark.parametrize("scope", ["model", "block"])
+def test_compile_compiles_the_model_body_and_the_head_with_its_loss(scope):
     lm = micro_lm()
-    loss_fn = CausalLoss(lm, compile=True)
+    loss_fn = CausalLoss(lm, compile=True, scope=scope)
     # made at the first call, so that the body is training_hidden as FSDP2 registers it
-    lm.training_hidden = wrapped = lambda tokens: LanguageModel.training_hidden(lm, tokens)
+    lm.training_hidden = wrapped = lambda tokens, run_block=None: LanguageModel.training_hidden(lm, tokens, run_block)
     body, head_loss = loss_fn._graphs()
-    assert getattr(body, "_torchdynamo_orig_callable", None) is wrapped
+    if scope == "model":  # one graph of the embedding and every block
+        assert getattr(body, "_torchdynamo_orig_callable", None) is wrapped
+    else:  # the registered body, running one compiled function for every block
+        assert body.func is wrapped
+        assert getattr(body.keywords["run_block"], "_torchdynamo_orig_callable", None) is block_hidden
     assert getattr(head_loss, "_torchdynamo_orig_callable", None) == loss_fn._head_loss
+
+
+_TORCH_COMPILE = torch.compile
+
+
+def _compiled_frames(monkeypatch, lm: LanguageModel, scope: str) -> int:
+    """How many graphs dynamo captures for one training step of `lm` (frames handed to a backend,
+    recompiles included), with torch.compile's backend swapped for a counting eager one."""
+    from torch._dynamo.testing import CompileCounter
+
+    counter = CompileCounter()
+    monkeypatch.setattr(torch, "compile", lambda fn, mode=None: _TORCH_COMPILE(fn, backend=counter))
+    lm.plan_paths("cpu")  # planning is not traced
+    torch._dynamo.reset()
+    training_step(CausalLoss(lm, compile=True, scope=scope), lm.parameters(), rows(4), 2, autocast_dtype=None,
+                  clip=1e9)
+    return counter.frame_count
+
+
+def test_the_block_scope_compiles_one_graph_for_blocks_of_one_structure(monkeypatch):
+    """Three identical blocks and the head: two graphs (not one per block), and the model scope
+    two as well (the body and the head). Blocks that differ in what the graph depends on (here a
+    per-block constant) are compiled again (dynamo then makes the constant dynamic: 3 graphs, not
+    4); the raised recompile limit lets every block of a deep model do so."""
+    assert _compiled_frames(monkeypatch, micro_lm(layers=3), "block") == 2
+    assert _compiled_frames(monkeypatch, micro_lm(layers=3), "model") == 2
+    differing = micro_lm(layers=3)
+    for i, block in enumerate(differing.blocks):
+        block.mlp_scale = float(i + 1)
+        block.register_forward_hook(lambda m, args, out: (out[0] * m.mlp_scale, out[1]))
+    assert _compiled_frames(monkeypatch, differing, "block") == 3
+
+
+def test_an_unknown_compile_scope_is_refused():
+    with pytest.raises(ValueError, match="compile scope"):
+        CausalLoss(micro_lm(), compile=True, scope="layer")
 
 
 def test_the_training_body_and_logits_equal_the_forward_logits():
@@ -130,12 +172,14 @@ def test_the_training_body_and_logits_equal_the_forward_logits():
 
 
 @pytest.mark.slow
-def test_compiled_step_matches_the_eager_step():
-    eager, compiled = micro_lm(), micro_lm()
+@pytest.mark.parametrize("scope", ["model", "block"])
+def test_compiled_step_matches_the_eager_step(scope):
+    eager, compiled = micro_lm(layers=3), micro_lm(layers=3)
     x = rows(4)
     a = training_step(CausalLoss(eager), eager.parameters(), x, 2, autocast_dtype=None, clip=1e9)
-    b = training_step(CausalLoss(compiled, compile=True), compiled.parameters(), x, 2, autocast_dtype=None,
-                      clip=1e9)
+    torch._dynamo.reset()
+    b = training_step(CausalLoss(compiled, compile=True, scope=scope), compiled.parameters(), x, 2,
+                      autocast_dtype=None, clip=1e9)
     assert abs(a[0].item() - b[0].item()) <= 1e-5 * a[0].item()
     for (name, p), q in zip(eager.named_parameters(), compiled.parameters()):
         assert rel_err(q.grad, p.grad) < 1e-4, name
