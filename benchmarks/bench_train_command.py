@@ -76,15 +76,19 @@ eval_tokens = {args.eval_tokens}
 def run_command(spec: str, args, workdir: Path) -> dict:
     """`seqdsl train` on the real data, in a fresh process; its figures from metrics.jsonl."""
     data_dirs = sorted(str(p) for p in Path(args.data).iterdir() if p.is_dir() and p.name != "tokenizers")
-    config = workdir / f"{spec}.toml"
+    name, n = spec, 1
+    while (workdir / f"run_{name}").exists():  # a spec timed twice (or a rerun) gets a fresh run
+        n += 1
+        name = f"{spec}_{n}"
+    config = workdir / f"{name}.toml"
     config.write_text(_config(args, data_dirs, args.steps))
-    out = workdir / f"run_{spec}"
+    out = workdir / f"run_{name}"
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", "train", str(ROOT / "specs" / f"{spec}.seq"),
                            "--config", str(config), "--out", str(out), "--quiet"],
                           capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     wall = time.perf_counter() - t0
-    (workdir / f"{spec}.log").write_text(proc.stdout + proc.stderr)
+    (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
         return {"error": f"seqdsl train exited {proc.returncode}: {tail[0]}"}

@@ -34,8 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int)
     parser.add_argument("--device", help="cpu, cuda, cuda:N (default: cuda if available)")
     parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                        help="torch.compile the model's body and its loss head, two graphs (default off; "
-                             "config key compile, with cuda_graphs = true to replay them as CUDA graphs)")
+                        help="torch.compile the model's blocks and its loss head (default off; config key compile; "
+                             "compile_scope = block compiles blocks of one structure once; cuda_graphs = true "
+                             "replays them as CUDA graphs)")
     parser.add_argument("--out", help="run directory (default: runs/<model>-<preset>)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --out from its latest checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress display")

@@ -80,7 +80,7 @@ class RunConfig(BaseModel):
     log_every: int = Field(10, gt=0)
     device: str = "auto"  # auto = cuda if available, else cpu
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # autocast dtype; auto = bf16 on cuda
-    compile: bool = False  # torch.compile the model body (embedding and every block) and the loss head: two graphs
+    compile: bool = False  # torch.compile the model's blocks and the loss head (compile_scope: how the blocks are)
     # with compile, on CUDA: replay each compiled piece as a CUDA graph (torch.compile's
     # "reduce-overhead"), so a step no longer waits on hundreds of kernel launches
     cuda_graphs: bool = False
