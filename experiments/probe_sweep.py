@@ -26,7 +26,6 @@ import json
 import os
 import queue
 import shlex
-import shutil
 import sys
 import threading
 import time
@@ -34,8 +33,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))  # seqdsl from this checkout, as experiments/report.py
 sys.path.insert(0, str(REPO / "experiments"))
 from gpu_jobs import gpu_name, pool, sayer, timed  # noqa: E402
+from seqdsl.atomic import write_atomic  # noqa: E402
 DEST = REPO / "docs" / "probe_results"
 # Most telling first: if the machine goes back, the recall tasks of every spec are in.
 TASK_ORDER = ("mqar", "copy", "selective_copy", "needle", "induction", "a5", "s5")
@@ -208,9 +209,7 @@ def collect(args: argparse.Namespace) -> int:
     outcomes = [json.dumps(merged[name][0]) for name in names]
     args.dest.mkdir(parents=True, exist_ok=True)
     for name, lines in (("probe.jsonl", records), ("units.jsonl", outcomes)):
-        tmp = args.dest / f".{name}.tmp"
-        tmp.write_text("".join(f"{line}\n" for line in lines))
-        shutil.move(tmp, args.dest / name)
+        write_atomic(args.dest / name, "".join(f"{line}\n" for line in lines))
     print(f"{len(records)} records of {sum(merged[n][0]['rc'] == 0 for n in names)} finished units "
           f"({len(names)} run) in {args.dest}")
     return 0

@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from seqdsl.atomic import write_atomic
 from seqdsl.errors import SeqFileError
 
 _TAIL_BLOCK = 4096  # bytes read at a time from the end, looking for the last line's start
@@ -108,10 +109,8 @@ def keep_only(path: str | Path, keep: Callable[[dict], bool]) -> int:
     except FileNotFoundError:
         return 0
     kept = [record for _, record in records if keep(record)]
-    tmp = path.with_name(path.name + ".tmp")
     try:
-        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept), encoding="utf-8")
-        os.replace(tmp, path)
+        write_atomic(path, "".join(json.dumps(record) + "\n" for record in kept))
     except OSError as err:
         raise SeqFileError(f"cannot rewrite {path}: {err.strerror or err}") from None
     return len(records) - len(kept)

@@ -25,7 +25,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("reference", "data", "jsonl"),  # jsonl: record files that survive a killed writer
     ("passes",),
     ("parse", "ir"),
-    ("errors", "cache_root", "version"),
+    ("errors", "cache_root", "version", "atomic"),  # atomic: whole-file rewrites (seqdsl/atomic.py)
 )
 RANK = {name: len(LAYERS) - i for i, layer in enumerate(LAYERS) for name in layer}
 STATIC = ("parse", "ir", "passes", "check", "codegen")  # no torch, no triton (docs/design.md §1)

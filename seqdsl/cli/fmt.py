@@ -9,12 +9,10 @@ not in canonical form, else 0."""
 from __future__ import annotations
 
 import argparse
-import contextlib
-import os
 import sys
-import tempfile
 from pathlib import Path
 
+from seqdsl.atomic import write_atomic
 from seqdsl.check.engine import SpecReport, expand_paths
 from seqdsl.check.report import format_error
 from seqdsl.errors import SeqError, SeqFileError
@@ -36,24 +34,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="print the resolved program (imports inlined, inheritance applied)")
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Replace the file's text in one step. A symlink is written through (its target is
-    rewritten, the link stays a link) and the file keeps its permission bits (mkstemp would
-    leave 0600)."""
-    target = path.resolve()
-    mode = os.stat(target).st_mode & 0o7777
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.chmod(tmp, mode)
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-
-
 def _one(path: Path, args: argparse.Namespace, header: str) -> int:
     """Format one file as the mode asks; its outcome (CANONICAL, CHANGED or UNREADABLE)."""
     if args.resolved:
@@ -69,7 +49,7 @@ def _one(path: Path, args: argparse.Namespace, header: str) -> int:
         return CANONICAL
     if args.write:
         try:
-            _write_atomic(path, canonical)
+            write_atomic(path, canonical)
         except OSError as err:
             raise SeqFileError(f"cannot write {path}: {err.strerror or err}") from None
         print(f"reformatted {path}", file=sys.stderr)

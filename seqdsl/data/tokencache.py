@@ -43,6 +43,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from seqdsl.atomic import write_atomic
 from seqdsl.cache_root import cache_dir
 from seqdsl.data.documents import Document, DocumentSource, split_heldout
 from seqdsl.data.mixing import mixed_order, piece_bytes
@@ -125,9 +126,7 @@ def _write_stamps(path: Path, stamps: dict) -> None:
     if any(mtime > time.time_ns() - _STAMP_MARGIN_NS for _, mtime in stamps.values()):
         return  # too fresh to trust its time: the next open checks it again
     try:
-        with tempfile.NamedTemporaryFile("w", dir=path, prefix=".verified-", delete=False) as f:
-            json.dump(stamps, f)
-        os.replace(f.name, path / _VERIFIED)
+        write_atomic(path / _VERIFIED, json.dumps(stamps))
     except OSError:
         pass
 

@@ -9,7 +9,7 @@ in one JSON file per verdict under `$SEQDSL_CACHE_DIR/selfcheck/` (default
 facts. A new version of any of them is a new name, hence a new check. `SEQDSL_SELFCHECK_CACHE=0`
 turns the store off (always re-check).
 
-Files are written atomically (temp file + os.replace); an unreadable file is treated as absent
+Files are written atomically (seqdsl/atomic.py); an unreadable file is treated as absent
 and checked again, so a killed write costs one re-check, never a wrong verdict.
 """
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 import time
 from dataclasses import dataclass, replace
 from importlib import metadata
@@ -27,6 +26,7 @@ from typing import Callable
 
 import torch
 
+from seqdsl.atomic import write_atomic
 from seqdsl import cache_root
 
 _PACKAGES = ("torch", "triton", "fla-core", "flash-linear-attention", "mamba-ssm", "seqdsl")
@@ -124,9 +124,7 @@ def _write(path: Path, facts: dict[str, str], record: dict) -> dict:
     """`record` (returned), stored under `path` with its facts, atomically."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
-            json.dump({"facts": facts, **record}, f, indent=1)
-        os.replace(f.name, path)
+        write_atomic(path, json.dumps({"facts": facts, **record}, indent=1))
     except OSError:
         pass  # a read-only home: the record still holds for this process
     return record

@@ -37,6 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from seqdsl.atomic import write_atomic
 from seqdsl.errors import SeqError, SeqFileError
 from seqdsl.data.shards import file_sha256
 
@@ -141,6 +142,8 @@ def save(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.O
     root.mkdir(parents=True, exist_ok=True)
     for stray in root.glob(TMP_PREFIX + "*"):  # left by a write that was killed
         shutil.rmtree(stray, ignore_errors=True)
+    for stray in root.glob(f".{LATEST}.*.tmp"):  # the pointer's, likewise (seqdsl/atomic.py)
+        stray.unlink(missing_ok=True)
     final = root / step_name(step)
     tmp = root / f"{TMP_PREFIX}{step_name(step)}-{os.getpid()}"
     tmp.mkdir()
@@ -154,9 +157,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.O
     if final.exists():  # a complete checkpoint of the same step from an earlier attempt
         shutil.rmtree(final)
     os.replace(tmp, final)
-    pointer = root / f"{TMP_PREFIX}{LATEST}-{os.getpid()}"
-    _fsync_write(pointer, final.name.encode())
-    os.replace(pointer, root / LATEST)
+    write_atomic(root / LATEST, final.name, durable=True)
     _prune(root, keep)
     return final
 
