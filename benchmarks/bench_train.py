@@ -124,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="sequences per forward; the batch is then accumulated over batch / micro-batch of them")
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
-    p.add_argument("--compile", action="store_true", help="torch.compile the model body and the loss head (two graphs, as seqdsl train)")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model body and the loss head, as seqdsl train")
+    p.add_argument("--compile-scope", choices=("block", "model"), default="block",
+                   help="how the body is compiled (RunConfig.compile_scope; default block, as seqdsl train)")
     p.add_argument("--cuda-graphs", action="store_true", help="with --compile: replay them as CUDA graphs")
     p.add_argument("--reference-recurrent", action="store_true",
                    help="recurrent mixers on their chunked PyTorch reference (default: the planner's choice)")
@@ -161,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
-                             args.cuda_graphs, args.reference_recurrent, args.micro_batch)
+                             args.cuda_graphs, args.reference_recurrent, args.micro_batch, args.compile_scope)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}

@@ -158,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
                                           args.cuda_graphs, micro_batch=args.micro_batch, scope=args.compile_scope)
                 torch.cuda.empty_cache()
             row["train"] = run_command(spec, args, workdir)
+            if not args.bench:
+                row["flops_per_token"] = _flops_per_token(spec, args)
         except Exception as err:  # one failing spec must not hide the others' figures
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         train, bench = row.get("train", {}), row.get("bench", {})
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             base = next((r["train"]["tokens_per_s"] for r in [*rows, row]
                          if r["spec"] == "transformer" and "tokens_per_s" in r.get("train", {})), None)
             row["vs_transformer"] = train["tokens_per_s"] / base if base else None
-            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], _flops_per_token(spec, args), gemm) if gemm else None
+            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], row["flops_per_token"], gemm) if gemm else None
             ratio = f"{row['vs_transformer']:>5.2f}T" if base else f"{'':>6}"
             print(f"{spec:<20} {'-':>12} {train['tokens_per_s']:>12,.0f} {ratio} "
                   f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "

@@ -4,7 +4,8 @@
 # own GPU, in the background across calls (a call lasts at most 10 minutes):
 #   GPU 0  bench_train_command.py transformer,top1_chunk_approx: the command against its benchmark
 #   GPU 1  the GPU tests of the generated kernels and the Top-1 paths, then bench_top1 and bench_topk
-#   GPU 2  --no-bench transformer,mamba2,rwkv7 (Triton's autotuning printed: TRITON_PRINT_AUTOTUNING)
+#   GPU 2  --no-bench transformer,mamba2,rwkv7
+# Every command queue prints Triton's autotuning (TRITON_PRINT_AUTOTUNING) into its runs' logs.
 #   GPU 3  --no-bench transformer,gated_deltanet,linear_attention,window_256,top1_element,top1_chunk_exact
 # Each --no-bench queue times its own Transformer++ first, for the ratios. QUEUES replaces the
 # command queues, one per line "GPU NAME ARGS..." (ARGS for bench_train_command.py; a NAME starting

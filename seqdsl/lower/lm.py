@@ -171,7 +171,7 @@ class LanguageModel(nn.Module):
     def training_hidden(self, tokens: Tensor, run_block: Callable[[nn.Module, Tensor], Tensor] | None = None) -> Tensor:
         """(B, T, D) output of the last block for whole sequences from position 0, no state
         carried in or out: the body of the forward training runs, written as one plain function so
-        `torch.compile` traces it as one graph (seqdsl/train/step.py). `logits` of it equal
+        `torch.compile` can trace it as one graph (compile_scope "model", seqdsl/train/step.py). `logits` of it equal
         forward(tokens)[0], without forward's checks. `run_block(block, x)`, when given, runs each
         block instead (`block_hidden` compiled once for every block: step.py)."""
         x = self.embed(tokens)

@@ -141,20 +141,21 @@ class InputStage:
         calls. A sum over the taps in the (B, T, C) layout, on every device: F.conv1d wants
         (B, C, T), and its transposes and depthwise kernels cost as much on a GPU as the taps
         fused by inductor, and far more on a CPU for decoding's few tokens (docs/mamba.md, the
-        fourth GPU round). The output keeps the input's dtype, as mamba's causal_conv1d does: a
-        float32 weight would promote bf16 activations to float32, and every op after it (mamba's
-        SSD kernels among them) would then run in float32 under autocast."""
+        fourth GPU round). The taps are summed in float32 (at least) and the output keeps the
+        input's dtype, as mamba's causal_conv1d does: left promoted by the float32 weight, bf16
+        activations would stay float32, and every op after the convolution (mamba's SSD kernels
+        among them) would run in float32 under autocast."""
         size = self.plan.conv
         if size is None:
             return u, None
-        weight = m.get_parameter("conv_weight").to(u.dtype)
+        weight = m.get_parameter("conv_weight")
         B, T, C = u.shape
         past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
         full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
         out = full[:, :T] * weight[:, 0]
         for s in range(1, size):
             out = out + full[:, s:s + T] * weight[:, s]
-        return F.silu(out), full[:, full.shape[1] - (size - 1):]
+        return F.silu(out).to(u.dtype), full[:, full.shape[1] - (size - 1):]
 
     def reset(self, m: nn.Module, recipe: ir.Recipe, layer: int, n_layers: int) -> None:
         if self.plan.shift:

@@ -40,6 +40,10 @@ class Spent:
     computed: int = 0
     kept: int = 0
 
+    def minus(self, earlier: "Spent") -> "Spent":
+        """What was spent since `earlier` (a snapshot of the same process)."""
+        return Spent(self.seconds - earlier.seconds, self.computed - earlier.computed, self.kept - earlier.kept)
+
 
 _SPENT = Spent()
 

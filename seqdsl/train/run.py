@@ -140,6 +140,7 @@ class _Position:
 class _Clock:
     launched: float  # perf_counter when the command started
     started: float  # perf_counter when the first step of this process started
+    checks: verdicts.Spent  # the process's self-check totals when this run began (a run's own are the difference)
 
     def elapsed(self, position: _Position) -> float:
         return position.elapsed_before + time.perf_counter() - self.started
@@ -148,9 +149,10 @@ class _Clock:
 def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, show_progress: bool,
            launched: float | None) -> int:
     launched = launched if launched is not None else time.perf_counter()
+    checks_before = verdicts.spent()
     run, position, stream = _set_up(config, out, d, resume=resume, show_progress=show_progress)
     run.lm.train()
-    clock = _Clock(launched, time.perf_counter())
+    clock = _Clock(launched, time.perf_counter(), checks_before)
     # batches are made on a thread one step ahead, this process's rows (M * A, T + 1) pinned and
     # copied without blocking: the step never waits for packing (its wait is logged as data_wait_s)
     rows = run.micro * run.accum
@@ -330,8 +332,11 @@ def _record_step(run: _Run, position: _Position, clock: _Clock, step: int, batch
     tokens_per_s = run.step_tokens / (now - t0)
     utilisation = run.mfu(tokens_per_s)
     if step == position.start:
-        compiling = f", compiling {len(run.lm.blocks)} blocks and the loss head" if run.config.compile else ""
-        checks = verdicts.spent()
+        compiling = ""
+        if run.config.compile:
+            compiling = (f", compiling {len(run.lm.blocks)} blocks" if run.config.compile_scope == "model"
+                         else ", compiling one graph per block structure") + " and the loss head"
+        checks = verdicts.spent().minus(clock.checks)
         run.log.write({"kind": "event", "step": step + 1, "event": "first_step",
                        "detail": f"{now - clock.launched:.1f} s from the start of the command to the end of the "
                                  f"first step, which took {now - t0:.1f} s ({checks.seconds:.1f} s in "

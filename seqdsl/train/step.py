@@ -76,8 +76,7 @@ class CausalLoss(nn.Module):
             if self.scope == "model":
                 self._compiled = (torch.compile(self.lm.training_hidden, mode=mode), head_loss)
             else:
-                depth = len(self.lm.blocks)
-                torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, depth + 1)
+                _allow_recompiles(len(self.lm.blocks) + 1)
                 self._compiled = (functools.partial(self.lm.training_hidden,
                                                     run_block=torch.compile(block_hidden, mode=mode)), head_loss)
         return self._compiled
@@ -95,6 +94,15 @@ class CausalLoss(nn.Module):
             torch.compiler.cudagraph_mark_step_begin()
         body, head_loss = self._graphs()
         return head_loss(body(inputs), targets)
+
+
+def _allow_recompiles(graphs: int) -> None:
+    """Let dynamo keep `graphs` graphs of one function (one per block at most, and the head),
+    process-wide: past its limit (8 by default) it would run the remaining blocks eagerly, with
+    only a warning. The setting was `cache_size_limit` before torch 2.7."""
+    config = torch._dynamo.config
+    name = "recompile_limit" if hasattr(config, "recompile_limit") else "cache_size_limit"
+    setattr(config, name, max(getattr(config, name), graphs))
 
 
 def allocate_grads(params: Iterable[Tensor]) -> None:

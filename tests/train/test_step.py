@@ -149,15 +149,16 @@ def _compiled_frames(monkeypatch, lm: LanguageModel, scope: str) -> int:
 def test_the_block_scope_compiles_one_graph_for_blocks_of_one_structure(monkeypatch):
     """Three identical blocks and the head: two graphs (not one per block), and the model scope
     two as well (the body and the head). Blocks that differ in what the graph depends on (here a
-    per-block constant) are compiled again (dynamo then makes the constant dynamic: 3 graphs, not
-    4); the raised recompile limit lets every block of a deep model do so."""
+    per-block constant) are compiled again: 3 graphs when dynamo makes the constant dynamic after
+    one recompile (torch 2.13), at most one per block and the head; the raised recompile limit
+    lets every block of a deep model do so."""
     assert _compiled_frames(monkeypatch, micro_lm(layers=3), "block") == 2
     assert _compiled_frames(monkeypatch, micro_lm(layers=3), "model") == 2
     differing = micro_lm(layers=3)
     for i, block in enumerate(differing.blocks):
         block.mlp_scale = float(i + 1)
         block.register_forward_hook(lambda m, args, out: (out[0] * m.mlp_scale, out[1]))
-    assert _compiled_frames(monkeypatch, differing, "block") == 3
+    assert 3 <= _compiled_frames(monkeypatch, differing, "block") <= 4
 
 
 def test_an_unknown_compile_scope_is_refused():
