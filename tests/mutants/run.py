@@ -202,6 +202,17 @@ MUTANTS = (
     Mutant('flops_sink_uncounted', "window(w, sink=n): FLOPs count the window only",
            'seqdsl/ir/flops.py', 'return min(i + 1, window) + max(0, min(key.sink, i - window + 1))',
            'return min(i + 1, window)', tests=('tests/eval/test_flops_measured.py',)),
+    # 2026-11-27 (issue 22): what the start-up and Mamba-2 speed work relies on
+    Mutant('conv_promotes_to_float32', "the convolution's float32 weight promotes bf16 activations (mamba's SSD in float32)",
+           'seqdsl/lower/stages.py', 'return F.silu(out).to(u.dtype), full', 'return F.silu(out), full',
+           tests=('tests/lower/test_lowering_contract.py',)),
+    Mutant('block_scope_per_block', 'the block scope compiles a graph per block (a per-block constant in the traced body)',
+           'seqdsl/lower/lm.py', 'return block(x, _FRESH, keep_state=False)[0]',
+           'return block(x, _FRESH, keep_state=False)[0] * (1.0 + 0.0 * float(id(block) % 7))',
+           tests=('tests/train/test_step.py',)),
+    Mutant('selfcheck_time_uncounted', "first-use self-checks' time left out of the first-step record",
+           'seqdsl/lower/verdicts.py', '        _SPENT.seconds += time.perf_counter() - t0\n', '',
+           tests=('tests/lower/test_selfcheck_cache.py',)),
 )
 
 
