@@ -28,6 +28,9 @@ class Unsupported(SeqError):
 # keys x queries tiles of the backward's dk/dv loops)
 CAUSAL_SNIPPETS = {
     "full": ("{keys} <= {queries}", "j <= i (causal)"),
+    # element selection only (support.triton); WINDOW and SINK are the template's constexprs
+    "window": ("({keys} <= {queries}) & ((({queries}) - ({keys}) < WINDOW) | ({keys} < SINK))",
+               "j <= i and (i - j < window or j < sink) (a sliding window and its sink tokens)"),
 }
 # chunk score -> template switch; "lse" is refused by the support table (reason there)
 CHUNK_SCORES = {"max": "exact", "mean": "approx"}
@@ -64,6 +67,8 @@ def plan(key: KernelKey) -> KernelPlan:
         "dk": key.feature_dim, "dv": key.head_dim,
         "causal": causal.format(queries="pos[:, None]", keys="cols[None, :]"),
         "causal_t": causal.format(queries="pos[None, :]", keys="cols[:, None]"), "causal_doc": causal_doc,
+        # window(w, sink=n): 0 for full visibility (the template's loops then start at key 0)
+        "window": key.window if key.visibility == "window" else 0, "sink": key.sink,
     }
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]

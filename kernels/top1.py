@@ -109,8 +109,9 @@ def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it."""
     sel = selection(key)
     if sel.over == "element":
+        window = key.window if key.visibility == "window" else None
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                                         grad=sel.grad, value_grad=sel.value_grad)
+                                         grad=sel.grad, value_grad=sel.value_grad, window=window, sink=key.sink)
     return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
                                    temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
 

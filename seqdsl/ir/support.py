@@ -165,9 +165,10 @@ def triton(key: KernelKey) -> Support:
     if key.score_bias:
         return _no("triton", "an additive score bias (decay or positional relation) under selection is "
                              "not generated (reference only)", ("decay",), "`decay = none`")
-    if key.visibility != "full":
-        return _no("triton", f"`visibility = {key.visibility}` under selection is not generated "
-                             "(reference only)", ("visibility",), "`visibility = full`")
+    if key.visibility == "chunk_local" or (key.visibility == "window" and sel.over == "chunk"):
+        return _no("triton", f"`visibility = {key.visibility}` under {sel.over} selection is not generated "
+                             "(reference only; element selection runs a window and its sink tokens)",
+                   ("visibility",), "`visibility = full`, or `over = element` with a window")
     if sel.over == "chunk":
         if chunk_tiling(chunk_size(sel)):
             return _no("triton", chunk_tiling(chunk_size(sel)), ("select", "over", "size"),

@@ -46,6 +46,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     # fail: a missing pillar
     "window_256": ("fail", {"V001"}),
     "window_256_sink4": ("fail", {"V001"}),
+    "top1_element_window_256_sink4": ("fail", {"V001"}),
     "window_512": ("fail", {"V001"}),
     "window_1024": ("fail", {"V001"}),
     "random_keys": ("fail", {"R001"}),

@@ -144,7 +144,8 @@ def select_expected(key, measured: Flops) -> tuple[Flops, Flops]:
     assert measured.forward == (score + value) * T ** 2
     sel = key.select
     if sel.over == "element":
-        visible = visibility_mask(T, window=key.window if key.visibility == "window" else None).sum(-1).tolist()
+        visible = visibility_mask(T, window=key.window if key.visibility == "window" else None,
+                                  sink=key.sink).sum(-1).tolist()
         per_query = [_element_work(sel, n, score, value, H, Dv) for n in visible]
     else:
         per_query = [_chunk_work(sel, i, score, value, H, F) for i in range(T)]

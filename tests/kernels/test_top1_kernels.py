@@ -74,6 +74,27 @@ def test_element_kernels_match_reference(shape, kind, T, grad, temperature, fuse
 
 
 @FAST
+@given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 17, 33, 47]), window=st.sampled_from([1, 5, 16, 20]),
+       sink=st.sampled_from([0, 1, 4, 17]), grad=st.sampled_from([("ste", "hard"), ("ste", "soft"), ("none", "hard")]),
+       fuse_dq=st.sampled_from([0, 1]))
+# a window shorter than a tile, sinks reaching into the second tile, queries past every tile
+# the window reaches (T = 80: only the sinks reach key block 0 from query 48 on), both backward layouts
+@example(shape=dict(BH=(1, 1), dk=16, dv=16), kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=3),
+         T=80, window=5, sink=17, grad=("ste", "hard"), fuse_dq=0)
+@example(shape=dict(BH=(1, 2), dk=32, dv=16), kind=dict(data="float", magnitude=1.0, duplicate=False, seed=4),
+         T=33, window=20, sink=0, grad=("ste", "soft"), fuse_dq=1)
+def test_element_kernels_under_a_window_with_sinks_match_reference(shape, kind, T, window, sink, grad, fuse_dq):
+    """`window(w, sink=n)` with element selection: each query selects among i - w < j <= i and
+    the sink tokens j < n; the kernels start their loops at the window (after the sink tiles)."""
+    scale = 0.25 if kind["data"] == "grid" else None
+    key = dataclasses.replace(
+        variant("top1_element", dk=shape["dk"], dv=shape["dv"], scale=scale, grad=grad[0], value_grad=grad[1]),
+        visibility="window", window=window, sink=sink)
+    with mock.patch.dict(os.environ, {launch.TILES_ENV: json.dumps({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}})}):
+        assert_matches(key, make_inputs(shape["BH"][0], T, shape["BH"][1], shape["dk"], shape["dv"], **kind))
+
+
+@FAST
 @given(shape=shapes, kind=data_kinds, chunk=st.sampled_from([16, 32]),
        length=st.sampled_from(["one", "short", "k-1", "k", "k+1", "odd"]),
        score=st.sampled_from(["max", "mean"]), local=st.booleans(), grad=st.sampled_from(["ste", "none"]),
@@ -130,6 +151,18 @@ def test_decode_matches_last_row_of_the_full_forward(spec, local, device):
     key = variant(spec, dk=16, dv=32, **chunk)
     for L in (1, 16, 17, 40):
         # one batch row, two heads: the interpreter's time grows with B * H (see `shapes`)
+        q, k, v, _ = make_inputs(1, L, 2, 16, 32, data="grid", magnitude=1.0, seed=L, duplicate=True)
+        want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
+        got = top1.decode(key, *(t.to(device) for t in (q[:, -1:], k, v))).cpu()
+        assert ((got.double() - want).norm() / want.norm()).item() < 1e-6, L
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_decode_under_a_window_with_sinks_matches_last_row_of_the_full_forward(device):
+    """Element selection with `window(5, sink=3)` decoding at L past the window's tiles: the
+    newest query selects among its window and the sink tokens, as the reference's last row."""
+    key = dataclasses.replace(variant("top1_element", dk=16, dv=32), visibility="window", window=5, sink=3)
+    for L in (1, 4, 17, 40):
         q, k, v, _ = make_inputs(1, L, 2, 16, 32, data="grid", magnitude=1.0, seed=L, duplicate=True)
         want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
         got = top1.decode(key, *(t.to(device) for t in (q[:, -1:], k, v))).cpu()

@@ -210,6 +210,9 @@ MUTANTS = (
            'seqdsl/lower/lm.py', 'return block(x, _FRESH, keep_state=False)[0]',
            'return block(x, _FRESH, keep_state=False)[0] * (1.0 + 0.0 * float(id(block) % 7))',
            tests=('tests/train/test_step.py',)),
+    Mutant('element_window_forgets_sink_queries', 'window(w, sink=n) element kernels: a sink key block gets dk '
+           'from its window queries only', 'codegen/templates/element.py.jinja',
+           '    if pid * BLOCK_N < SINK:\n        last = T\n', '', tests=('tests/kernels/test_top1_kernels.py',)),
     Mutant('selfcheck_time_uncounted', "first-use self-checks' time left out of the first-step record",
            'seqdsl/lower/verdicts.py', '        _SPENT.seconds += time.perf_counter() - t0\n', '',
            tests=('tests/lower/test_selfcheck_cache.py',)),
