@@ -21,7 +21,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection
+from seqdsl.ir.key import chunk_size, selection, window_size
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
@@ -131,13 +131,22 @@ def compare(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor) -> dict
         reference_dtype=torch.float64, outputs=("o",), cotangents=(do,))
 
 
+def check_length(key: KernelKey) -> int:
+    """The self-check's sequence length: a few chunks with a partial last one; under a window,
+    past the sinks and the window by two of the largest tiles (128), so that every loop bound of
+    the window kernels is reached (a shorter check never leaves the window's first tile)."""
+    sel = selection(key)
+    if key.visibility == "window":
+        return key.sink + window_size(key) + 2 * 128 + 5
+    return 2 * chunk_size(sel) + 5 if sel.over == "chunk" else 77
+
+
 @functools.lru_cache(maxsize=None)
 def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -> tuple[bool, str]:
     """(True, "") when the generated kernels match the reference here (outputs and every
     gradient, random inputs over a few chunks with a partial last one); else (False, why). The
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
-    sel = selection(key)
-    T = 2 * chunk_size(sel) + 5 if sel.over == "chunk" else 77
+    T = check_length(key)
     draw = selfcheck.Draws(device)
     q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
     return selfcheck.self_check(

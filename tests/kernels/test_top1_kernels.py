@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from seqdsl.kernels import launch, top1
-from tests.kernels.keys import variant
+from tests.kernels.keys import spec_key, variant
 
 FAST = settings(max_examples=5, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3}
@@ -74,15 +74,25 @@ def test_element_kernels_match_reference(shape, kind, T, grad, temperature, fuse
 
 
 @FAST
-@given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 17, 33, 47]), window=st.sampled_from([1, 5, 16, 20]),
+@given(shape=shapes, kind=data_kinds, T=st.sampled_from([1, 17, 33, 47]), window=st.sampled_from([1, 2, 5, 16, 18, 20]),
        sink=st.sampled_from([0, 1, 4, 17]), grad=st.sampled_from([("ste", "hard"), ("ste", "soft"), ("none", "hard")]),
        fuse_dq=st.sampled_from([0, 1]))
-# a window shorter than a tile, sinks reaching into the second tile, queries past every tile
-# the window reaches (T = 80: only the sinks reach key block 0 from query 48 on), both backward layouts
+# a window shorter than a tile, sinks reaching into the second tile, queries past every tile the
+# window reaches (T = 80: only the sinks reach the first key block from the query tiles past 36 on),
+# both backward layouts
 @example(shape=dict(BH=(1, 1), dk=16, dv=16), kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=3),
          T=80, window=5, sink=17, grad=("ste", "hard"), fuse_dq=0)
 @example(shape=dict(BH=(1, 2), dk=32, dv=16), kind=dict(data="float", magnitude=1.0, duplicate=False, seed=4),
          T=33, window=20, sink=0, grad=("ste", "soft"), fuse_dq=1)
+# windows of 2 and 18 put a window's first key at a tile's last position (the interpreter's tiles
+# are 16): a loop bound off by one drops it; window 5 without sinks leaves rows with no visible key
+# in their first tile (the forward's running maximum is still -inf there)
+@example(shape=dict(BH=(1, 1), dk=16, dv=16), kind=dict(data="float", magnitude=1.0, duplicate=False, seed=5),
+         T=47, window=2, sink=0, grad=("ste", "hard"), fuse_dq=0)
+@example(shape=dict(BH=(1, 1), dk=16, dv=16), kind=dict(data="float", magnitude=1.0, duplicate=False, seed=6),
+         T=47, window=18, sink=0, grad=("ste", "hard"), fuse_dq=0)
+@example(shape=dict(BH=(1, 1), dk=16, dv=16), kind=dict(data="float", magnitude=1.0, duplicate=False, seed=7),
+         T=47, window=5, sink=0, grad=("ste", "soft"), fuse_dq=0)
 def test_element_kernels_under_a_window_with_sinks_match_reference(shape, kind, T, window, sink, grad, fuse_dq):
     """`window(w, sink=n)` with element selection: each query selects among i - w < j <= i and
     the sink tokens j < n; the kernels start their loops at the window (after the sink tiles)."""
@@ -207,6 +217,16 @@ def test_chunk_zero_query_with_local_attends_its_prefix_only():
 def test_self_check_passes_for_a_shipped_spec():
     key = variant("top1_chunk_approx", dk=16, dv=16, chunk=16)
     assert top1.self_check(key, torch.float32, torch.device("cpu")) == (True, "")
+
+
+def test_the_self_check_of_a_window_reaches_past_the_window_and_its_sinks():
+    """On a GPU the self-check is the first run of a window kernel: at the library's window spec
+    it must leave the window (and the sink tiles) behind by more than a tile, or a wrong window
+    bound would pass it."""
+    key = spec_key("top1_element_window_256_sink4")
+    assert (key.window, key.sink) == (256, 4)
+    assert top1.check_length(key) > key.sink + key.window + 128
+    assert top1.check_length(spec_key("top1_element")) == 77
 
 
 def test_self_check_reports_a_wrong_kernel(tmp_path, monkeypatch):
