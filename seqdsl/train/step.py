@@ -41,8 +41,9 @@ class CausalLoss(nn.Module):
     embedding too with scope "model") and its head with the loss (final norm, head, float32
     cross-entropy); an uncompiled head ran the 50,257-wide GEMM on an unaligned cuBLAS kernel.
     `scope` says how the body is compiled:
-      "model"   one graph of every block (benchmarks/profile_train.py measured it fastest on an
-                H100): compilation grows with the depth, minutes for the chunked recurrences;
+      "model"   one graph of every block: compilation grows with the depth (minutes for the
+                chunked recurrences), at the same tokens/s as "block" (within 0.35% on an H200,
+                docs/training.md);
       "block"   one function `block_hidden(block, x)` compiled for all blocks: blocks of one
                 structure share its graph (the block is an argument, its parameters inputs), so
                 a 12-block model compiles about one block's worth. Blocks that differ get graphs
