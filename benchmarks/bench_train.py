@@ -62,12 +62,17 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def spec_at(name: str, preset: str, seq: int):
+    """(program, model) of specs/<name>.seq resized to `preset`, its context `seq`."""
+    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
+    return resized.program, resized.model.model_copy(update={"context": seq})
+
+
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
                compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False,
                micro_batch: int | None = None, scope: str = "block") -> dict:
     torch._dynamo.reset()  # each spec compiles afresh: guards of earlier specs' models must not count
-    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
-    program, spec = resized.program, resized.model.model_copy(update={"context": seq})
+    program, spec = spec_at(name, preset, seq)
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
     if reference_recurrent:

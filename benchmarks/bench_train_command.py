@@ -38,11 +38,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-import seqdsl  # noqa: E402
-from bench_train import SPECS, bench_spec  # noqa: E402
+from bench_train import bench_spec, spec_at  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import mfu  # noqa: E402
-from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.run.device import pick_device  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
@@ -110,8 +108,7 @@ def run_command(spec: str, args, workdir: Path) -> dict:
 
 def _flops_per_token(spec: str, args) -> float:
     """The training FLOPs per token of SPEC at the run's shape (what bench_spec reports)."""
-    resized = model_at(seqdsl.load(SPECS / f"{spec}.seq").program, preset=args.preset)
-    return training_flops_per_token(resized.program, resized.model.model_copy(update={"context": args.seq}), args.seq)
+    return training_flops_per_token(*spec_at(spec, args.preset, args.seq), args.seq)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,22 +160,21 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as err:  # one failing spec must not hide the others' figures
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
         train, bench = row.get("train", {}), row.get("bench", {})
-        if "tokens_per_s" in train and "tokens_per_s" in bench:
-            row["ratio"] = train["tokens_per_s"] / bench["tokens_per_s"]
-            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], bench["flops_per_token"], gemm) if gemm else None
-            print(f"{spec:<20} {bench['tokens_per_s']:>12,.0f} {train['tokens_per_s']:>12,.0f} {row['ratio']:>6.2f} "
+        if "tokens_per_s" in train and (not args.bench or "tokens_per_s" in bench):
+            if args.bench:  # against the benchmark step of the same spec
+                row["ratio"] = train["tokens_per_s"] / bench["tokens_per_s"]
+                flops, ratio, paths = bench["flops_per_token"], f"{row['ratio']:>6.2f}", ", ".join(bench["paths"])
+            else:  # against Transformer++'s command in this call, when it ran
+                base = next((r["train"]["tokens_per_s"] for r in [*rows, row]
+                             if r["spec"] == "transformer" and "tokens_per_s" in r.get("train", {})), None)
+                row["vs_transformer"] = train["tokens_per_s"] / base if base else None
+                flops, ratio = row["flops_per_token"], f"{row['vs_transformer']:>5.2f}T" if base else f"{'':>6}"
+                paths = f"self-checks {train['selfcheck_s'] or 0:.1f} s; {train['paths']}"
+            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], flops, gemm) if gemm else None
+            bench_tps = f"{bench['tokens_per_s']:>12,.0f}" if args.bench else f"{'-':>12}"
+            print(f"{spec:<20} {bench_tps} {train['tokens_per_s']:>12,.0f} {ratio} "
                   f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "
-                  f"{train['time_to_first_step_s']:>10.1f}  {', '.join(bench['paths'])}", flush=True)
-        elif not args.bench and "tokens_per_s" in train:
-            base = next((r["train"]["tokens_per_s"] for r in [*rows, row]
-                         if r["spec"] == "transformer" and "tokens_per_s" in r.get("train", {})), None)
-            row["vs_transformer"] = train["tokens_per_s"] / base if base else None
-            row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], row["flops_per_token"], gemm) if gemm else None
-            ratio = f"{row['vs_transformer']:>5.2f}T" if base else f"{'':>6}"
-            print(f"{spec:<20} {'-':>12} {train['tokens_per_s']:>12,.0f} {ratio} "
-                  f"{100 * (row['mfu_vs_gemm'] or 0):>5.1f}% {100 * train['data_wait_fraction']:>5.2f}% "
-                  f"{train['time_to_first_step_s']:>10.1f}  self-checks {train['selfcheck_s'] or 0:.1f} s; "
-                  f"{train['paths']}", flush=True)
+                  f"{train['time_to_first_step_s']:>10.1f}  {paths}", flush=True)
         else:
             print(f"{spec:<20} failed: {row.get('error') or train.get('error')}", flush=True)
         rows.append(row)

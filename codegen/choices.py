@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey
+from seqdsl.ir.key import KernelKey, sliding_window
 
 
 class Unsupported(SeqError):
@@ -68,7 +68,7 @@ def plan(key: KernelKey) -> KernelPlan:
         "causal": causal.format(queries="pos[:, None]", keys="cols[None, :]"),
         "causal_t": causal.format(queries="pos[None, :]", keys="cols[:, None]"), "causal_doc": causal_doc,
         # window(w, sink=n): 0 for full visibility (the template's loops then start at key 0)
-        "window": key.window if key.visibility == "window" else 0, "sink": key.sink,
+        "window": sliding_window(key) or 0, "sink": key.sink,
     }
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection, window_size
+from seqdsl.ir.key import chunk_size, selection, sliding_window
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
@@ -109,9 +109,9 @@ def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it."""
     sel = selection(key)
     if sel.over == "element":
-        window = key.window if key.visibility == "window" else None
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                                         grad=sel.grad, value_grad=sel.value_grad, window=window, sink=key.sink)
+                                         grad=sel.grad, value_grad=sel.value_grad, window=sliding_window(key),
+                                         sink=key.sink)
     return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
                                    temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
 
@@ -136,8 +136,9 @@ def check_length(key: KernelKey) -> int:
     past the sinks and the window by two of the largest tiles (128), so that every loop bound of
     the window kernels is reached (a shorter check never leaves the window's first tile)."""
     sel = selection(key)
-    if key.visibility == "window":
-        return key.sink + window_size(key) + 2 * 128 + 5
+    window = sliding_window(key)
+    if window is not None:
+        return key.sink + window + 2 * 128 + 5
     return 2 * chunk_size(sel) + 5 if sel.over == "chunk" else 77
 
 

@@ -126,6 +126,12 @@ def selection(key: KernelKey) -> SelectKey:
     return key.select
 
 
+def sliding_window(key: KernelKey) -> int | None:
+    """The sliding window's size when the visibility is `window(w)` (its sink tokens are
+    `key.sink`), else None: chunk-local visibility also keeps a size in `key.window`."""
+    return key.window if key.visibility == "window" else None
+
+
 def window_size(key: KernelKey) -> int:
     """`key.window`, for code that knows the visibility is window or chunk_local (ValueError if
     it has none)."""

@@ -66,8 +66,8 @@ MUTANTS = (
            "_, S = paths.recurrent(self.inputs(m, x, q, repeat_heads(k, H), repeat_heads(v, H)), state.S); "
            "o = repeat_heads(v, H)"),
     Mutant("sdpa_window_off_by_one", "the SDPA window is one token too wide",
-           "seqdsl/lower/backends/sdpa.py", 'T, window=key.window if key.visibility == "window" else None,',
-           'T, window=key.window + 1 if key.visibility == "window" else None,'),
+           "seqdsl/lower/backends/sdpa.py", 'T, window=sliding_window(key),',
+           'T, window=None if sliding_window(key) is None else sliding_window(key) + 1,'),
     Mutant("ste_off", "straight-through gradients turned off in the lowering (element and chunk)",
            "seqdsl/lower/backends/reference.py", "grad=sel.grad", 'grad="none"', count=2),
     Mutant('compare_levels_from_baseline_only', "default levels from the first (baseline) run's range only", C,

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqdsl.ir.key import Dense, KernelKey, chunk_size
+from seqdsl.ir.key import Dense, KernelKey, chunk_size, sliding_window
 from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
@@ -70,7 +70,7 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     k, v = attn_ref.repeat_heads(m.k, H), attn_ref.repeat_heads(m.v, H)
     q = m.q if m.pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
     bias = None if m.bias is None else F.pad(m.bias, (0, 0, L - T, 0))
-    window = key.window if key.visibility == "window" else None
+    window = sliding_window(key)
     sel = key.select
     if sel is not None and sel.over == "element":
         out = top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k,

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir import support
-from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.ir.key import Dense, KernelKey, sliding_window
 from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.backends import reference
 from seqdsl.lower.inputs import AttentionInputs
@@ -73,7 +73,7 @@ def _sdpa(key: KernelKey, m: AttentionInputs, op: str) -> Tensor:
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=gqa)
         return out.transpose(1, 2)
     visible = attn_ref.visibility_mask(
-        T, window=key.window if key.visibility == "window" else None,
+        T, window=sliding_window(key),
         chunk_local=key.window if key.visibility == "chunk_local" else None,
         device=q.device, offset=m.pos, keys=L, sink=key.sink)
     bias = None
