@@ -132,6 +132,32 @@ def _vector_block(x: Tensor, y: Tensor, gx: Tensor, gy: Tensor, strict: bool) ->
     return (x.unsqueeze(-2) * y.unsqueeze(-3) * decay).sum(-1)
 
 
+class _UnitLowerInverse(torch.autograd.Function):
+    """T = L^-1 for unit lower-triangular L (..., C, C) (its diagonal and upper part are not read).
+
+    One triangular solve forward; the backward is two matmuls, dL = -T^T dT T^T on the strictly
+    lower part (from dT = -T dL T): solving for the two right-hand sides the delta rules need and
+    letting autograd differentiate the solves costs four batched solves per layer and step (30 of
+    the 178 ms of Gated DeltaNet's 110m training step, batch 16, on an H200, 2026-11-27)."""
+
+    @staticmethod
+    def forward(ctx, lhs: Tensor) -> Tensor:
+        eye = torch.eye(lhs.shape[-1], dtype=lhs.dtype, device=lhs.device).expand_as(lhs)
+        inverse = torch.linalg.solve_triangular(lhs, eye, upper=False, unitriangular=True)
+        ctx.save_for_backward(inverse)
+        return inverse
+
+    @staticmethod
+    def backward(ctx, grad: Tensor) -> Tensor:
+        (inverse,) = ctx.saved_tensors
+        t = inverse.transpose(-1, -2)
+        return -(t @ grad @ t).tril(-1)
+
+
+def _unit_lower_inverse(lhs: Tensor) -> Tensor:
+    return _UnitLowerInverse.apply(lhs)
+
+
 def _chunk_segment_sums(log_decay: Tensor) -> Tensor:
     """(..., N, D) per-chunk log decays -> (..., N+1, N+1, D) with [n, m] = sum_{m <= p < n} l_p
     for m <= n and -inf above the diagonal. Each entry is summed from its own terms (all <= 0),
@@ -339,15 +365,15 @@ def chunked_ref(
         Q, O, b = q_in, A_qk @ v, k_out @ v
     elif update == "delta":
         lhs = eye + beta * _scores(k, k, G, G, strict=True)
-        U0 = torch.linalg.solve_triangular(lhs, beta * v, upper=False, unitriangular=True)
-        W = torch.linalg.solve_triangular(lhs, beta * k * G.exp(), upper=False, unitriangular=True)
+        solve = _unit_lower_inverse(lhs)  # (B, H, N, C, C): one inverse for both right-hand sides
+        U0, W = solve @ (beta * v), solve @ (beta * k * G.exp())
         # o = q_in S + A_qk (U0 - W S);  S' = exp(G_last) S + k_out (U0 - W S)
         Q, O, b, low_rank = q_in - A_qk @ W, A_qk @ U0, k_out @ U0, -(k_out @ W)
     else:
         lhs = eye - _scores(read, write, Gx, G, strict=True)
         A_rk = _scores(read, k, Gx, G, strict=True)
-        U0 = torch.linalg.solve_triangular(lhs, A_rk @ v, upper=False, unitriangular=True)
-        W = torch.linalg.solve_triangular(lhs, read * Gx.exp(), upper=False, unitriangular=True)
+        solve = _unit_lower_inverse(lhs)
+        U0, W = solve @ (A_rk @ v), solve @ (read * Gx.exp())
         A_qw = _scores(q, write, G, G, strict=False)
         write_out = (write * (G_last - G).exp()).transpose(-1, -2)  # (B, H, N, Dk, C)
         # o = q_in S + A_qk v + A_qw (U0 + W S);  S' = exp(G_last) S + k_out v + write_out (U0 + W S)

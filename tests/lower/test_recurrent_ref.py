@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 from seqdsl.ir.key import feature_width
 from seqdsl.reference.features import feature_map
 from seqdsl.reference.recurrent import (
-    STATE_GROUP, _pass_states, _scores, _sub_chunk, _vector_block, chunked_ref, parallel_ref, recurrent_ref)
+    STATE_GROUP, _pass_states, _scores, _sub_chunk, _unit_lower_inverse, _vector_block, chunked_ref, parallel_ref,
+    recurrent_ref)
 from tests.oracles.fla import fla_root
 
 F64 = torch.float64
@@ -295,6 +296,26 @@ def test_parallel_equals_recurrent(case, T):
     x = make_inputs(case, T=T)
     compare(lambda L: run(parallel_ref, case, L), lambda L: run(recurrent_ref, case, L), x,
             FP64_TOL)
+
+
+@pytest.mark.parametrize("C", [64, 17, 1])
+def test_unit_lower_inverse_and_its_gradient_equal_autograd_through_a_solve(C):
+    # the delta rules' one inverse per chunk, its backward written by hand (two matmuls), against
+    # autograd through torch's triangular solve; the diagonal and upper part are not read, so they
+    # carry garbage here and get zero gradient
+    gen = torch.Generator().manual_seed(C)
+    lhs = torch.randn(2, 3, C, C, generator=gen, dtype=F64) / C**0.5
+    lhs = lhs.requires_grad_()
+    ours = _unit_lower_inverse(lhs)
+    eye = torch.eye(C, dtype=F64).expand(2, 3, C, C)
+    solved = torch.linalg.solve_triangular(lhs, eye, upper=False, unitriangular=True)
+    assert_near(ours, solved, FP64_TOL, "inverse")
+    assert_near(ours @ (lhs.detach().tril(-1) + torch.eye(C, dtype=F64)), eye, FP64_TOL, "T L = I")
+    w = torch.randn(ours.shape, generator=gen, dtype=F64)
+    (g_ours,) = torch.autograd.grad((ours * w).sum(), lhs)
+    (g_solve,) = torch.autograd.grad((solved * w).sum(), lhs)
+    assert_near(g_ours, g_solve.tril(-1), FP64_TOL, "gradient")
+    assert (g_ours.triu() == 0).all()
 
 
 @pytest.mark.parametrize("C", [64, 48, 30, 17])  # sub-chunks of 16, 16, 15 and 1 steps
