@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey, sliding_window
+from seqdsl.ir.key import KernelKey, shared_kv_group, sliding_window
 
 
 class Unsupported(SeqError):
@@ -69,10 +69,15 @@ def plan(key: KernelKey) -> KernelPlan:
         "causal_t": causal.format(queries="pos[None, :]", keys="cols[:, None]"), "causal_doc": causal_doc,
         # window(w, sink=n): 0 for full visibility (the template's loops then start at key 0)
         "window": sliding_window(key) or 0, "sink": key.sink,
+        "kv_group": shared_kv_group(key),  # query heads per key/value head, read in place
     }
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
         return KernelPlan("element.py.jinja", tuple(holes.items()))
+    if sel.k > 1:  # grad = none (support.triton): no gate kernels
+        holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
+                     kslots=1 << (sel.k - 1).bit_length())
+        return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))
     holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
                  inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))
     return KernelPlan("chunk.py.jinja", tuple(holes.items()))

@@ -1,8 +1,9 @@
 """Top-1 chunk selection (Exact and Approx) on the generated kernels: forward, decode, backward.
 
-Shape legend: q, k (B, T, H, Dk); v, o, dO (B, T, H, Dv); C chunk size, N = ceil(T / C) chunks,
+Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key)
+key/value heads read in place (grouped-query attention; else HK = H); o, dO (B, T, H, Dv); C chunk size, N = ceil(T / C) chunks,
 N_full = T // C complete chunks; per-query rows (B*H, T): sel (int32, -1 = no candidate), lse,
-lsec, gate (float32, log2 units); kbar (B, N_full, H, Dk) float32 mean keys (Approx).
+lsec, gate (float32, log2 units); kbar (B, N_full, HK, Dk) float32 mean keys (Approx).
 
 Steps (each a kernel of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
     forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
@@ -47,7 +48,7 @@ def _block_m(key: KernelKey, cfg: dict) -> int:
 
 
 def mean_keys(key: KernelKey, k: Tensor) -> Tensor:
-    """(B, N_full, H, Dk) float32: the mean key of each complete chunk (Approx's chunk score)."""
+    """(B, N_full, HK, Dk) float32: the mean key of each complete chunk (Approx's chunk score)."""
     B, T, H, Dk = k.shape
     C = chunk_size(selection(key))
     full = T // C
@@ -141,7 +142,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     # dq's two parts (module docstring): the own chunk's into dq, the selected chunk's into dq_sel
     dq, dq_sel = torch.empty_like(q), torch.empty_like(q)
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
-    getattr(mod, f"{name}_attn_bwd")[(B * H, n_chunks)](
+    getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], saved["sel"], saved["lsec"],
         gg if ste else delta, dkbar, dq, dq_sel, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks, full,
         BLOCK_M=bm, **common)

@@ -1,7 +1,8 @@
 """Top-1 element selection on the generated kernels: forward, decode and the STE backward.
 
-Shape legend: q, k (B, T, H, Dk); v, o, dO (B, T, H, Dv); idx (int32) and lse (log2 units,
-float32) (B*H, T); o_soft (B, T, H, Dv) in the input dtype = p @ v, the soft output the STE's D
+Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv) with HK = H / G key/value
+heads, G = shared_kv_group(key) (grouped-query attention read in place; G = 1: one per query head);
+o, dO (B, T, H, Dv); idx (int32) and lse (log2 units, float32) (B*H, T); o_soft (B, T, H, Dv) in the input dtype = p @ v, the soft output the STE's D
 term uses; delta (B*H, T) float32 = D.
 
 The kernels live in the module `seqdsl.codegen.render(key)` produced (loaded by kernels/cache.py);
@@ -34,7 +35,8 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
             kv_group: int = 1):
     """(o, idx, lse, o_soft): lse and o_soft are empty unless `with_soft` (training).
     q may hold fewer rows than k (decoding: its first row sits at position q_offset); k and v
-    may hold one head per `kv_group` query heads (decoding a grouped cache, without repeating it)."""
+    may hold one head per `kv_group` query heads (a grouped cache or grouped-query attention's keys
+    and values, read in place)."""
     mod = load(key)
     name = key.slug()
     B, Tq, H, _ = q.shape
@@ -54,13 +56,15 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_soft: bool,
 
 
 def hard_value_grad(key: KernelKey, do: Tensor, idx: Tensor, v: Tensor) -> Tensor:
-    """dv_j = sum of dO_i over the queries i whose arg-max is j ((B, T, H, Dv), v's dtype)."""
+    """dv_j = sum of dO_i over the queries i whose arg-max is j, of every query head sharing the
+    key/value head ((B, T, HK, Dv), v's dtype)."""
     B, T, H, Dv = do.shape
+    HK = v.shape[2]
     cfg = launch.tuned("element.value_grad", launch.value_grad_tiles(q_dtype=do.dtype))
     n_blocks = triton_cdiv(T, cfg["BLOCK_N"])
     perm, starts = launch.bucket(torch.div(idx, cfg["BLOCK_N"], rounding_mode="floor"), n_blocks)
     dv = torch.empty_like(v)  # every row is written (zero where no query chose the key)
-    getattr(load(key), f"{key.slug()}_value_grad")[(n_blocks, B * H)](
+    getattr(load(key), f"{key.slug()}_value_grad")[(n_blocks, B * HK)](
         do, idx, perm, starts, dv, *launch.strides(do, dv), T, H, n_blocks, PREC=launch.precision(do.dtype),
         **launch.blocks(cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(cfg))
     return dv
@@ -87,7 +91,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     # fused: bwd_dkdv adds dq into a zeroed float32 buffer (cast once at the end); else bwd_dq writes it
     dq = torch.zeros(q.shape, dtype=torch.float32, device=q.device) if fused else torch.empty_like(q)
     prec = launch.precision(q.dtype)
-    getattr(mod, f"{name}_bwd_dkdv")[(B * H, triton_cdiv(T, kv_cfg["BLOCK_N"]))](
+    getattr(mod, f"{name}_bwd_dkdv")[(B * k.shape[2], triton_cdiv(T, kv_cfg["BLOCK_N"]))](
         q, k, v, do, lse, delta, dk, dv, dq, *launch.strides(q, k, v, do), T, H, FUSE_DQ=fused, PREC=prec,
         **launch.blocks(kv_cfg, "BLOCK_M", "BLOCK_N"), **launch.launch_opts(kv_cfg))
     if not fused:

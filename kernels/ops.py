@@ -1,4 +1,4 @@
-"""torch.library custom ops around the generated Top-1 kernels, one set per kernel key.
+"""torch.library custom ops around the generated selection kernels, one set per kernel key.
 
 Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd). Each op has a fake
 (meta) implementation, so `torch.compile` traces through a model without graph breaks, and the
@@ -10,7 +10,9 @@ as the soft output or GW (the H100 profile showed the zero fills, and the peak m
 (B, T, H, D) tensor above what the kernels allocate). `do` is then None only when o got no
 gradient, and the backward returns none.
 
-Shape legend: q, k (B, T, H, Dk); v, o (B, T, H, Dv); per-query rows (B*H, T); N chunks.
+Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv) with HK = H / shared_kv_group(key)
+(grouped-query attention, read in place; else HK = H); o (B, T, H, Dv); per-query rows (B*H, T);
+N chunks.
 """
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection
-from seqdsl.kernels import chunk, element
+from seqdsl.ir.key import chunk_size, selection, shared_kv_group
+from seqdsl.kernels import chunk, element, topk_chunk
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,11 @@ def _rows(q: Tensor, dtype) -> Tensor:
 
 def _element_ops(key: KernelKey) -> Ops:
     slug = key.slug()
+    group = shared_kv_group(key)  # query heads per key/value head of k and v
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-        return element.forward(key, q, k, v, with_soft=False)[0]
+        return element.forward(key, q, k, v, with_soft=False, kv_group=group)[0]
 
     @infer.register_fake
     def _(q, k, v):
@@ -53,7 +56,7 @@ def _element_ops(key: KernelKey) -> Ops:
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        return element.forward(key, q, k, v, with_soft=ste)
+        return element.forward(key, q, k, v, with_soft=ste, kv_group=group)
 
     @train.register_fake
     def _(q, k, v):
@@ -148,7 +151,62 @@ def _chunk_ops(key: KernelKey) -> Ops:
     return Ops(infer, train)
 
 
+_TOPK_SAVED = ("lse", "perm", "starts")
+
+
+def _topk_chunk_ops(key: KernelKey) -> Ops:
+    slug = key.slug()
+    K = selection(key).k
+    C = chunk_size(selection(key))
+
+    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return topk_chunk.forward(key, q, k, v)[0]
+
+    @infer.register_fake
+    def _(q, k, v):
+        return v.new_empty(*q.shape[:3], v.shape[-1])
+
+    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        o, saved = topk_chunk.forward(key, q, k, v)
+        return (o, *(saved[name] for name in _TOPK_SAVED))
+
+    @train.register_fake
+    def _(q, k, v):
+        B, T, H, _ = q.shape
+        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.float32),
+                q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32))
+
+    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, perm: Tensor,
+            starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return topk_chunk.backward(key, q, k, v, o, do, dict(lse=lse, perm=perm, starts=starts))
+
+    @bwd.register_fake
+    def _(q, k, v, o, do, *saved):
+        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+    def setup_context(ctx, inputs, output):
+        o, *saved = output
+        ctx.save_for_backward(*inputs, o, *saved)
+        ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)  # (module docstring)
+
+    def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
+        q, k, v, o, *saved = ctx.saved_tensors
+        return bwd(q, k, v, o, do, *saved)
+
+    train.register_autograd(backward, setup_context=setup_context)
+    return Ops(infer, train)
+
+
 @functools.lru_cache(maxsize=None)
 def ops_for(key: KernelKey) -> Ops:
     """The custom ops of `key`, registered once per process."""
-    return _element_ops(key) if selection(key).over == "element" else _chunk_ops(key)
+    sel = selection(key)
+    if sel.over == "element":
+        return _element_ops(key)
+    return _chunk_ops(key) if sel.k == 1 else _topk_chunk_ops(key)

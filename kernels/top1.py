@@ -7,7 +7,9 @@
     decode(key, q, k, v) -> o       the newest query (one row) against the whole cache
     self_check(key, dtype, device)  (ok, detail): outputs and every gradient vs the reference
 
-Shape legend: q, k (B, T, H, Dk) after RoPE; v, o (B, T, H, Dv); decoding: q (B, 1, H, Dk)
+Shape legend: q (B, T, H, Dk) after RoPE; k (B, T, HK, Dk), v (B, T, HK, Dv) with HK = H / G,
+G = shared_kv_group(key) (grouped-query attention's shared keys and values, read in place; G = 1
+where keys or values come one per query head); o (B, T, H, Dv); decoding: q (B, 1, H, Dk)
 at position L - 1 of a cache k (B, L, K, Dk), v (B, L, K, Dv), K = key.kv_groups (or H). scale and temperature come from
 the key (`key.scale`, `key.temperature`): the same numbers seqdsl/lower passes the reference.
 """
@@ -21,7 +23,8 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection, sliding_window
+from seqdsl.ir.key import chunk_size, selection, shared_kv_group, sliding_window
+from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
 
@@ -52,6 +55,10 @@ class Top1Kernel:
         """(B, T, H, Dv) the Top-1 mixer output, with the gradients reference/top1.py defines.
         The training op (keeping what the backward needs) runs only when a gradient is asked."""
         q, k, v = _prepare(q, k, v)
+        heads = q.shape[2] // shared_kv_group(self.key)
+        if k.shape[2] != heads or v.shape[2] != heads:
+            raise ValueError(f"{self.key.slug()}: {q.shape[2]} query heads take {heads} key/value heads "
+                             f"(shared_kv_group), got k {tuple(k.shape)}, v {tuple(v.shape)}")
         if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
             return self.ops.train(q, k, v)[0]
         return self.ops.infer(q, k, v)
@@ -88,7 +95,7 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """(B, 1, H, Dv) for the query at position L - 1 (no gradient: generation). The cache k, v
     holds one head per H / kv_groups query heads (the key's grouping: a grouped-query cache as
     stored, read in place, query head h reading head h // (H / kv_groups)) or one per query head."""
-    from seqdsl.kernels import chunk, element
+    from seqdsl.kernels import chunk, element, topk_chunk
 
     _checked(key)
     q, k, v = _prepare(q, k, v)
@@ -100,14 +107,22 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
                          f"(or {H}), got k {tuple(k.shape)}, v {tuple(v.shape)}")
     kv_group = H // k.shape[2]
     with torch.no_grad():
+        if selection(key).k > 1:  # the top-k kernels read the key's grouping (rendered in)
+            group = shared_kv_group(key)
+            if kv_group != group:  # a cache repeated per query head, or grouped where the key is not
+                k, v = ((k[:, :, ::group], v[:, :, ::group]) if kv_group == 1
+                        else (attn_ref.repeat_heads(k, H), attn_ref.repeat_heads(v, H)))
+            return topk_chunk.decode(key, q, k.contiguous(), v.contiguous())
         if selection(key).over == "element":
             return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1, kv_group=kv_group)[0]
         return chunk.decode(key, q, k, v, kv_group)
 
 
 def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
-    """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it."""
+    """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it: shared
+    key/value heads repeated to one per query head (autograd sums a group's gradients)."""
     sel = selection(key)
+    k, v = attn_ref.repeat_heads(k, q.shape[2]), attn_ref.repeat_heads(v, q.shape[2])
     if sel.over == "element":
         return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
                                          grad=sel.grad, value_grad=sel.value_grad, window=sliding_window(key),
@@ -149,7 +164,9 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     first call renders and compiles the kernels: seconds (GPU) to a minute (interpreter)."""
     T = check_length(key)
     draw = selfcheck.Draws(device)
-    q, k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.feature_dim, key.head_dim))
+    group = shared_kv_group(key)  # two key/value heads, each shared by the key's group of query heads
+    q = draw.normal(2, T, 2 * group, key.feature_dim, dtype=dtype)
+    k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.head_dim))
     return selfcheck.self_check(
         functools.partial(run, key), functools.partial(reference, key), (q, k, v), ("q", "k", "v"),
         outputs=("o",), tolerance=TOLERANCE.get(dtype, 1e-4), reference_dtype=torch.float64, device=device)

@@ -132,6 +132,17 @@ def sliding_window(key: KernelKey) -> int | None:
     return key.window if key.visibility == "window" else None
 
 
+def shared_kv_group(key: KernelKey) -> int:
+    """How many query heads share each key/value head in the tensors a kernel is handed: H / K
+    when the keys are projected in the values' K groups (grouped-query attention: k and v both
+    hold K heads, read in place), else 1 (k or v holds one head per query head, or gets repeated
+    to one: keys from a table or a constant are per head; keys grouped with the queries, G < K,
+    leave the values per head)."""
+    if key.kv_groups < key.heads and key.relation == "dot" and key.qk_groups >= key.kv_groups:
+        return key.heads // key.kv_groups
+    return 1
+
+
 def window_size(key: KernelKey) -> int:
     """`key.window`, for code that knows the visibility is window or chunk_local (ValueError if
     it has none)."""

@@ -137,15 +137,27 @@ def chunk_tiling(size: int) -> str:
     return ""
 
 
+TRITON_TOPK_MAX = 16  # chunks a query may select on the generated top-k kernels (NSA's 16)
+
+
 def triton(key: KernelKey) -> Support:
-    """The generated Top-1 kernels: element or chunk selection with k = 1."""
+    """The generated selection kernels: element selection with k = 1; chunk selection with k = 1
+    (with the STE gate) or 2 <= k <= 16 (no gradient through the choice)."""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
                    "`select = top(1)` or `top(1, over=chunk(128))`")
-    if sel.k != 1:
-        return _no("triton", f"top-{sel.k}: the generated kernels select one element or chunk (k = 1)",
-                   ("select", "k"), "`top(1, ...)`, if one key or chunk per query is the experiment")
+    if sel.k != 1 and sel.over == "element":
+        return _no("triton", f"top-{sel.k} element selection: the generated element kernels select one key (k = 1); "
+                             "top-k chunks are generated", ("select", "k"),
+                   "`top(1)`, or top-k over chunks, e.g. `top(3, over=chunk(128), grad=none)`")
+    if sel.k > TRITON_TOPK_MAX:
+        return _no("triton", f"top-{sel.k}: the generated chunk kernels keep at most {TRITON_TOPK_MAX} chunks "
+                             "per query (a running list in registers)", ("select", "k"), f"`k` of at most {TRITON_TOPK_MAX}")
+    if sel.k != 1 and sel.grad == "ste":
+        return _no("triton", f"top-{sel.k} with `grad = ste`: the STE gate over several selected chunks is not "
+                             "generated (reference only); with `grad = none` (MoBA's and NSA's selection, no "
+                             "gradient through the choice) it is", ("select", "grad"), "`grad = none`")
     if key.feature != "identity":
         return _no("triton", f"feature map `{key.feature}` under selection", ("relation", "feature"),
                    "`feature = identity`")
@@ -176,7 +188,7 @@ def triton(key: KernelKey) -> Support:
         if sel.score == "lse":
             return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),
                        "`score = max` (Exact) or `score = mean` (Approx)")
-    return Support("triton", f"triton.top1_{sel.over}")
+    return Support("triton", f"triton.top1_{sel.over}" if sel.k == 1 else "triton.topk_chunk")
 
 
 # --- mamba-ssm (docs/mamba.md) ------------------------------------------------------------------------

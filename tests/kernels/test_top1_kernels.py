@@ -27,9 +27,12 @@ FAST = settings(max_examples=5, deadline=None, derandomize=True, suppress_health
 TOL = {torch.float32: 1e-5, torch.float16: 5e-3}
 
 
-def make_inputs(B, T, H, dk, dv, *, data: str, magnitude: float, seed: int, duplicate: bool, dtype=torch.float32):
+def make_inputs(B, T, H, dk, dv, *, data: str, magnitude: float, seed: int, duplicate: bool, dtype=torch.float32,
+                kv_heads: int | None = None):
+    """q, k, v, dO; k and v with `kv_heads` heads (grouped-query attention) when given."""
     gen = torch.Generator().manual_seed(seed)
-    shapes = [(B, T, H, dk), (B, T, H, dk), (B, T, H, dv), (B, T, H, dv)]
+    HK = H if kv_heads is None else kv_heads
+    shapes = [(B, T, H, dk), (B, T, HK, dk), (B, T, HK, dv), (B, T, H, dv)]
     if data == "grid":  # exact scores: ties are real ties in every precision
         q, k, v, do = (torch.randint(-8, 9, s, generator=gen).float() / 8 for s in shapes)
     else:
@@ -102,6 +105,41 @@ def test_element_kernels_under_a_window_with_sinks_match_reference(shape, kind, 
         visibility="window", window=window, sink=sink)
     with mock.patch.dict(os.environ, {launch.TILES_ENV: json.dumps({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}})}):
         assert_matches(key, make_inputs(shape["BH"][0], T, shape["BH"][1], shape["dk"], shape["dv"], **kind))
+
+
+@FAST
+@given(kind=data_kinds, groups=st.sampled_from([(4, 2), (3, 1), (4, 1)]), T=st.sampled_from([17, 33, 47]),
+       mixer=st.sampled_from(["element", "element_window", "chunk_exact", "chunk_approx"]),
+       grad=st.sampled_from(["ste", "none"]), local=st.booleans(), fuse_dq=st.sampled_from([0, 1]))
+# every chunk kernel with the gate (Approx's mean-key gradient summed over a group's heads in
+# attn_bwd), and the element kernels with the window, once each whatever the draws
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=11), groups=(4, 2), T=47,
+         mixer="chunk_approx", grad="ste", local=False, fuse_dq=0)
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=12), groups=(3, 1), T=33,
+         mixer="chunk_exact", grad="ste", local=True, fuse_dq=0)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=13), groups=(4, 2), T=47,
+         mixer="element_window", grad="ste", local=False, fuse_dq=1)
+def test_grouped_query_kernels_match_the_reference_on_repeated_heads(kind, groups, T, mixer, grad, local, fuse_dq):
+    """H query heads share HK key/value heads (kv_groups = HK), read in place: outputs equal the
+    reference's on the heads repeated, and dk, dv are the sums over each group's query heads."""
+    H, HK = groups
+    if mixer.startswith("element"):
+        key = variant("top1_element", dk=16, dv=16, grad=grad)
+        if mixer == "element_window":
+            key = dataclasses.replace(key, visibility="window", window=5, sink=2)
+    else:
+        key = variant(f"top1_{mixer}", dk=16, dv=16, chunk=16, local=local, grad=grad)
+    key = dataclasses.replace(key, heads=H, kv_groups=HK)
+    inputs = make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind)
+    with mock.patch.dict(os.environ, {launch.TILES_ENV: json.dumps({"element.bwd_dkdv": {"FUSE_DQ": fuse_dq}})}):
+        assert_matches(key, inputs)
+
+
+def test_grouped_query_kernels_refuse_key_value_heads_the_key_does_not_share():
+    key = dataclasses.replace(variant("top1_element", dk=16, dv=16), heads=4, kv_groups=2)
+    q, k, v, _ = make_inputs(1, 9, 4, 16, 16, kv_heads=4, data="float", magnitude=1.0, seed=0, duplicate=False)
+    with pytest.raises(ValueError, match="4 query heads take 2 key/value heads"):
+        top1.run(key, q, k, v)
 
 
 @FAST
@@ -293,6 +331,28 @@ def test_kernels_on_gpu_at_large_shapes(spec, dtype, dim):
     # the largest errors against float64 go to the log (pytest -s prints them as each test runs)
     print(f"{spec} D={dim} {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
+
+
+@pytest.mark.parametrize("kv_groups,relation,heads_seen", [(2, "dot", 2), (4, "dot", 4), (2, "random_keys", 4)])
+def test_the_triton_backend_trains_grouped_keys_and_values_in_place(kv_groups, relation, heads_seen):
+    """A whole sequence with a gradient: the kernels get the key/value heads as the key shares
+    them (grouped-query attention: two heads for four query heads), repeated only where keys come
+    one per query head (a random key table), and the output is the reference's."""
+    from seqdsl.lower.backends import reference
+    from seqdsl.lower.backends.triton import TritonBackend
+    from seqdsl.lower.inputs import AttentionInputs
+
+    key = dataclasses.replace(variant("top1_element", dk=16, dv=16), heads=4, kv_groups=kv_groups, relation=relation)
+    gen = torch.Generator().manual_seed(4)
+    m = AttentionInputs(q=torch.randn(1, 21, 4, 16, generator=gen, requires_grad=True),
+                        k=torch.randn(1, 21, kv_groups, 16, generator=gen), v=torch.randn(1, 21, kv_groups, 16, generator=gen),
+                        pos=0)
+    seen = []
+    kernel = top1.bind(key)
+    got = TritonBackend().attend(key, "triton.top1_element", m,
+                                 kernels=lambda q, k, v: seen.append((k.shape[2], v.shape[2])) or kernel(q, k, v))
+    assert seen == [(heads_seen, heads_seen)]
+    assert torch.allclose(got, reference.attention_reference(key, m), atol=1e-5)
 
 
 def test_the_triton_backend_decodes_a_grouped_cache_without_repeating_it(monkeypatch):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.ir.key import Dense, KernelKey, shared_kv_group
 from seqdsl.lower.backends import reference
 from seqdsl.lower.inputs import AttentionInputs
 from seqdsl.reference import attention as attn_ref
@@ -55,7 +55,9 @@ class TritonBackend:
             return top1.decode(key, m.q, attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads))
         if m.pos == 0 and T == L:
             assert callable(kernels), "a plan on the Triton backend binds its kernels (TritonBackend.bind)"
-            # the training kernels take one key/value head per query head (their backward sums
-            # the gradients of a group's heads when they are repeated here)
+            if shared_kv_group(key) > 1:  # grouped-query attention: the shared heads, read in place
+                return kernels(m.q, m.k, m.v)
+            # keys per head (random, constant) or grouped with the queries: one key/value head per
+            # query head (autograd sums a group's gradients through the repeat)
             return kernels(m.q, attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads))
         return reference.attention_reference(key, m)

@@ -18,6 +18,7 @@ LOCAL = True
 SCORE = "approx"
 STE = True
 NO_CHUNK = tl.constexpr(2147483647)
+GROUP = tl.constexpr(1)  # query heads per key/value head (the key's grouping)
 
 
 @triton.jit
@@ -33,7 +34,7 @@ def top1_chunk_8b3a27fedb21_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
-    hk = h  # the scan reads key head hk (the select kernel takes one key head per query head)
+    hk = h // GROUP  # the key head the scan reads (shared by GROUP query heads)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
     pos = rows + Q_OFF
@@ -81,11 +82,12 @@ def top1_chunk_8b3a27fedb21_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
     c = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     start = tl.load(STARTS + bh * (N_CHUNKS + 1) + c)
     end = tl.load(STARTS + bh * (N_CHUNKS + 1) + c + 1)
     for r0 in range(start, end, BLOCK_M):  # the queries that selected this chunk
@@ -117,6 +119,7 @@ def top1_chunk_8b3a27fedb21_attn_local(Q, K, V, OS, LSES, O, LSE,
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_K
     pos = rows
@@ -124,8 +127,8 @@ def top1_chunk_8b3a27fedb21_attn_local(Q, K, V, OS, LSES, O, LSE,
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
     z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
     z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
@@ -172,14 +175,15 @@ def top1_chunk_8b3a27fedb21_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
     # a chunk's work shrinks with its position
     bh = tl.program_id(0)
-    c = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h
+    c = tl.program_id(1)
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     dk_acc = tl.zeros([CHUNK, DK], tl.float32)
     dv_acc = tl.zeros([CHUNK, DV], tl.float32)
     for r0 in range(0, CHUNK, BLOCK_M):
@@ -226,10 +230,9 @@ def top1_chunk_8b3a27fedb21_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
         dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
-
     # dv is complete: written now, so its CHUNK x DV float32 accumulator does not stay live (in
     # registers, beside dk's) through the gate loops
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
+    tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     dk_out = dk_acc * GRAD_SCALE
     # the gate's gradient into this chunk's mean key (gate_dkbar, run first), 1/C onto each key
     # a scalar condition folded into the bound, not `&`-ed with a block: Triton 3.9's interpreter
@@ -237,7 +240,7 @@ def top1_chunk_8b3a27fedb21_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     dkbar = tl.load(DKBAR + (bh * N_FULL + c) * DK + offs_k, mask=offs_k < tl.where(c < N_FULL, DK, 0), other=0.0)
     dk_out += dkbar[None, :] / CHUNK
     # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
 
 
 @triton.jit
@@ -253,6 +256,7 @@ def top1_chunk_8b3a27fedb21_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_K
     pos = rows
@@ -266,7 +270,7 @@ def top1_chunk_8b3a27fedb21_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
     q32 = tl.load(Q + dq_rows, mask=live[:, None], other=0.0).to(tl.float32)
     for c0 in range(0, c_own, BLOCK_C):
         cids = c0 + tl.arange(0, BLOCK_C)
-        kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < c_own, other=0.0)
+        kb = tl.load(KBAR + b * sbb + hk * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < c_own, other=0.0)
         z2 = tl.dot(q32, tl.trans(kb), input_precision=PREC) * FACTOR
         cand = (cids[None, :] < c_own) & live[:, None]
         dscore = tl.where(cand, gg[:, None] * ((sel[:, None] == cids[None, :]).to(tl.float32) - tl.exp2(z2 - lsec[:, None])), 0.0)
@@ -290,9 +294,10 @@ def top1_chunk_8b3a27fedb21_gate_dkbar(Q, KBAR, SEL, LSEC, GG, DKBAR,
     bh = tl.program_id(2)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     cids = pid * BLOCK_C + tl.arange(0, BLOCK_C)
     offs_k = tl.arange(0, DK)
-    kb = tl.load(KBAR + b * sbb + h * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < N_FULL, other=0.0)
+    kb = tl.load(KBAR + b * sbb + hk * sbh + cids[:, None] * sbt + offs_k[None, :], mask=cids[:, None] < N_FULL, other=0.0)
     acc = tl.zeros([BLOCK_C, DK], tl.float32)
     lo = tl.maximum((pid * BLOCK_C + 1) * CHUNK, split * SPLIT_ROWS)  # queries after the first chunk
     hi = tl.minimum(T_K, (split + 1) * SPLIT_ROWS)

@@ -18,6 +18,7 @@ LOCAL = True
 SCORE = "exact"
 STE = True
 NO_CHUNK = tl.constexpr(2147483647)
+GROUP = tl.constexpr(1)  # query heads per key/value head (the key's grouping)
 
 
 @triton.jit
@@ -33,7 +34,7 @@ def top1_chunk_f926e6cc8a6b_select(Q, K, KBAR, SEL, LSEC, GATE, GW,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
-    hk = h  # the scan reads key head hk (the select kernel takes one key head per query head)
+    hk = h // GROUP  # the key head the scan reads (shared by GROUP query heads)
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
     pos = rows + Q_OFF
@@ -92,11 +93,12 @@ def top1_chunk_f926e6cc8a6b_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES, O, LSE,
     c = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     start = tl.load(STARTS + bh * (N_CHUNKS + 1) + c)
     end = tl.load(STARTS + bh * (N_CHUNKS + 1) + c + 1)
     for r0 in range(start, end, BLOCK_M):  # the queries that selected this chunk
@@ -128,6 +130,7 @@ def top1_chunk_f926e6cc8a6b_attn_local(Q, K, V, OS, LSES, O, LSE,
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_K
     pos = rows
@@ -135,8 +138,8 @@ def top1_chunk_f926e6cc8a6b_attn_local(Q, K, V, OS, LSES, O, LSE,
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
     z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
     z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
@@ -183,14 +186,15 @@ def top1_chunk_f926e6cc8a6b_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
     # heaviest programs first (the grid runs axis 0 fastest: every head's chunk 0, then chunk 1):
     # a chunk's work shrinks with its position
     bh = tl.program_id(0)
-    c = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h
+    c = tl.program_id(1)
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
     dk_acc = tl.zeros([CHUNK, DK], tl.float32)
     dv_acc = tl.zeros([CHUNK, DV], tl.float32)
     for r0 in range(0, CHUNK, BLOCK_M):
@@ -237,10 +241,9 @@ def top1_chunk_f926e6cc8a6b_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         tl.store(DQ_SEL + b * sqb + h * sqh + sq[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
         dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
         dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
-
     # dv is complete: written now, so its CHUNK x DV float32 accumulator does not stay live (in
     # registers, beside dk's) through the gate loops
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
+    tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
     # the gate: dscore_ic = GG_i (1[c = sel_i] - pi_ic), pi = softmax over candidates; a chunk's
     # score is its best key's (raw q.k ranks as the selection scan ranks), so the gradient lands
     # on that key, shared equally among exact ties
@@ -263,7 +266,7 @@ def top1_chunk_f926e6cc8a6b_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         dk_acc += tl.dot(ds_t.to(qt.dtype), tl.trans(qt), input_precision=PREC)
     dk_out = dk_acc * GRAD_SCALE
     # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
+    tl.store(DK_OUT + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
 
 
 @triton.jit
@@ -279,6 +282,7 @@ def top1_chunk_f926e6cc8a6b_gate_dq(Q, K, KBAR, GW, SEL, LSEC, GG, DQ, DQ_SEL,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_K
     pos = rows

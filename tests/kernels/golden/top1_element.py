@@ -14,6 +14,7 @@ DK = tl.constexpr(64)
 DV = tl.constexpr(64)
 GRAD = "ste_hard"
 NO_KEY = tl.constexpr(2147483647)  # larger than any key index: loses every min()
+GROUP = tl.constexpr(1)  # query heads per key/value head in training (the key's grouping)
 
 
 @triton.jit
@@ -105,6 +106,7 @@ def top1_element_f0bb4c81228a_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, DV)
     acc = tl.zeros([BLOCK_N, DV], tl.float32)
@@ -118,7 +120,7 @@ def top1_element_f0bb4c81228a_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         onehot = (cols[:, None] == chosen[None, :]).to(do.dtype)
         acc += tl.dot(onehot, do, input_precision=PREC)
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)
+    tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)
 
 
 @triton.jit
@@ -149,14 +151,15 @@ def top1_element_f0bb4c81228a_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT, 
     # heaviest programs first (the grid runs axis 0 fastest: every head's block 0, then block 1):
     # a block's work shrinks with its position
     bh = tl.program_id(0)
-    pid = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h
+    pid = tl.program_id(1)
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
-    k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
-    v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
+    k = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
+    v = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
     dk_acc = tl.zeros([BLOCK_N, DK], tl.float32)
     # query tiles overlapping the key block's diagonal are masked; the later ones (BLOCK_M divides
     # BLOCK_N) see every key of the block and need no mask (a partial last key block has none)
@@ -207,7 +210,7 @@ def top1_element_f0bb4c81228a_bwd_dkdv(Q, K, V, DO, LSE, DELTA, DK_OUT, DV_OUT, 
             dq_part = tl.dot(tl.trans(dst.to(k.dtype)), k, input_precision=PREC) * GRAD_SCALE
             tl.atomic_add(DQ_ACC + ((b * T + rows[:, None]) * H + h) * DK + offs_k[None, :], dq_part,
                           mask=live[:, None], sem="relaxed")
-    tl.store(DK_OUT + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE,
+    tl.store(DK_OUT + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE,
              mask=cols[:, None] < T)
 
 
@@ -222,6 +225,7 @@ def top1_element_f0bb4c81228a_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h // GROUP  # the key/value head of query head h
     rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
     pos = rows
     live = rows < T
@@ -236,8 +240,8 @@ def top1_element_f0bb4c81228a_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
     n_free = (pid * BLOCK_M + 1) // BLOCK_N
     for start in range(0, n_free * BLOCK_N, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :])
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :])
+        k = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :])
+        v = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :])
         z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
         # every key of the tile is visible to every query row; padded rows (q = dO = D = 0)
         # get p = 1 but ds = p (dp - D) = 0 and dO = 0, so they add nothing
@@ -247,8 +251,8 @@ def top1_element_f0bb4c81228a_bwd_dq(Q, K, V, DO, LSE, DELTA, DQ_OUT,
         dq_acc += tl.dot(ds.to(k.dtype), k, input_precision=PREC)
     for start in range(n_free * BLOCK_N, (pid + 1) * BLOCK_M, BLOCK_N):
         cols = start + tl.arange(0, BLOCK_N)
-        k = tl.load(K + b * skb + h * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
-        v = tl.load(V + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
+        k = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T, other=0.0)
+        v = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T, other=0.0)
         z2 = tl.dot(q, tl.trans(k), input_precision=PREC) * FACTOR
         visible = (cols[None, :] <= pos[:, None]) & (cols[None, :] < T) & live[:, None]
         p = tl.where(visible, tl.exp2(z2 - lse[:, None]), 0.0)

@@ -14,6 +14,7 @@ DK = tl.constexpr(64)
 DV = tl.constexpr(64)
 GRAD = "none"
 NO_KEY = tl.constexpr(2147483647)  # larger than any key index: loses every min()
+GROUP = tl.constexpr(1)  # query heads per key/value head in training (the key's grouping)
 
 
 @triton.jit
@@ -86,6 +87,7 @@ def top1_element_fe84559bebf2_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
     bh = tl.program_id(1)
     b = bh // H
     h = bh % H
+    hk = h
     cols = pid * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_v = tl.arange(0, DV)
     acc = tl.zeros([BLOCK_N, DV], tl.float32)
@@ -99,4 +101,4 @@ def top1_element_fe84559bebf2_value_grad(DO, IDX, PERM, STARTS, DV_OUT,
         do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0)
         onehot = (cols[:, None] == chosen[None, :]).to(do.dtype)
         acc += tl.dot(onehot, do, input_precision=PREC)
-    tl.store(DV_OUT + b * svb + h * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)
+    tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], acc, mask=cols[:, None] < T)

@@ -1,0 +1,101 @@
+"""Top-k chunk selection, k > 1, on the generated kernels (codegen/templates/topk_chunk.py.jinja):
+forward, decode and backward. No gradient reaches the selection (grad = none).
+
+Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key);
+o, dO (B, T, H, Dv); K = the key's k chunks per query, C chunk size, N = ceil(T / C) chunks;
+sel (B*H, T, K) int32 (-1: an empty slot); a pair p = t * K + slot; lse (B*H, T) float32 log2.
+
+Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
+    forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
+              select    -> sel: every candidate chunk scored, the K best kept in registers
+              [bucket   -> perm, starts: the (query, slot) pairs sorted by chunk, torch.sort]
+              attn_fwd  -> per key chunk: the pairs that selected it, partial (o, lse) per pair
+              merge     -> the own chunk (local on) and the K partials, by log-sum-exp: o, lse
+    backward  bwd_delta -> D = rowsum(dO * o)
+              attn_bwd  -> per key chunk (and key/value head): dk, dv of its keys, dq of its own
+                           queries (local on) and of each pair that selected it (float32, per pair)
+              [dq       -> the pairs' parts summed over the slots, plus the own chunk's, torch]
+Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts; nothing
+is T x T or T x N.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey, chunk_size, selection
+from seqdsl.kernels import launch
+from seqdsl.kernels.cache import load
+from seqdsl.kernels.chunk import kbar_for
+from seqdsl.kernels.element import triton_cdiv
+
+
+def _block_c() -> int:
+    """Mean keys per scan tile (Approx): 16 on the GPU (each is offered to the top-k list in
+    turn, unrolled); 2 under the interpreter, so that a CPU test's few chunks span several tiles."""
+    return 2 if launch.interpreted() else 16
+
+
+def _block_m(key: KernelKey, cfg: dict) -> int:
+    return min(cfg["BLOCK_M"], chunk_size(selection(key)))  # divides the chunk: one chunk per program
+
+
+def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 0) -> tuple[Tensor, dict]:
+    """(o, saved): o (B, Tq, H, Dv); q's first row sits at position q_offset of k and v
+    (decoding: one row at L - 1); saved holds what the backward needs (lse, perm, starts)."""
+    mod = load(key)
+    name = key.slug()
+    B, Tq, H, Dk = q.shape
+    Tk, Dv = k.shape[1], v.shape[-1]
+    K = selection(key).k
+    n_chunks = triton_cdiv(Tk, chunk_size(selection(key)))
+    cfg = launch.tuned("topk_chunk.fwd", launch.tiles(Dk, q.dtype, train=False))
+    bm = _block_m(key, cfg)
+    common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    kbar = kbar_for(key, k)
+    sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
+    getattr(mod, f"{name}_select")[(B * H, triton_cdiv(Tq, bm))](
+        q, k, kbar, sel, *launch.strides(q, k, kbar), Tq, Tk, q_offset, H, BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    perm, starts = launch.bucket(sel.view(B * H, Tq * K), n_chunks)
+    o_pairs = torch.empty(B * H, Tq * K, Dv, dtype=torch.float32, device=q.device)
+    lse_pairs = torch.full((B * H, Tq * K), float("-inf"), dtype=torch.float32, device=q.device)
+    getattr(mod, f"{name}_attn_fwd")[(B * H, n_chunks)](
+        q, k, v, perm, starts, o_pairs, lse_pairs, *launch.strides(q, k, v), Tq, Tk, q_offset, H, n_chunks,
+        BLOCK_M=bm, **common)
+    o = torch.empty(B, Tq, H, Dv, dtype=v.dtype, device=v.device)
+    lse = torch.empty(B * H, Tq, dtype=torch.float32, device=q.device)
+    getattr(mod, f"{name}_merge")[(triton_cdiv(Tq, bm), B * H)](
+        q, k, v, o_pairs, lse_pairs, o, lse, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H, BLOCK_M=bm, **common)
+    return o, dict(lse=lse, perm=perm, starts=starts)
+
+
+def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, saved: dict):
+    """(dq, dk, dv) of the attention over the selected chunks (and the own chunk)."""
+    mod = load(key)
+    name = key.slug()
+    B, T, H, Dk = q.shape
+    K = selection(key).k
+    n_chunks = triton_cdiv(T, chunk_size(selection(key)))
+    do = do.contiguous()
+    delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o)
+    cfg = launch.tuned("topk_chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
+    local = selection(key).local
+    dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
+    dq_pairs = torch.zeros(B * H, T * K, Dk, dtype=torch.float32, device=q.device)  # unused pairs stay 0
+    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
+    getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
+        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs, dk, dv,
+        *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=_block_m(key, cfg),
+        PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32
+    if local:
+        dq = dq + dq_own
+    return dq.to(q.dtype), dk, dv
+
+
+def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """(B, 1, H, Dv): the newest query (position L - 1) against the cache k, v (B, L, H / G, *),
+    G = shared_kv_group(key): the forward's kernels with one query row."""
+    with torch.no_grad():
+        return forward(key, q, k, v, q_offset=k.shape[1] - 1)[0]

@@ -1,0 +1,89 @@
+"""The generated top-k chunk kernels (k > 1, grad = none) against the float64 reference
+(seqdsl/reference/top1.py: topk_chunk_ref), as tests/kernels/test_top1_kernels.py does for k = 1.
+
+Outputs and dq, dk, dv, norm-relative, over k from 2 to 16 (more than the candidates, so slots
+stay empty), lengths around chunk boundaries, both scores, the local chunk on and off, grouped
+key/value heads, and "grid" data whose duplicated keys tie chunk scores (the kernels must keep the
+lowest chunk index among equals, as the reference's stable sort does). Decoding against the full
+forward's last row. On CPU under TRITON_INTERPRET=1 (tests/kernels/conftest.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from seqdsl.ir import support
+from seqdsl.kernels import top1
+from tests.kernels.keys import variant
+from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
+
+
+def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: int = 2, kv_groups: int = 2,
+             dk: int = 16, dv: int = 16):
+    base = "top1_chunk_exact" if score == "max" else "top1_chunk_approx"
+    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad="none", k=k)
+    return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
+
+
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([2, 3, 5, 16]), chunk=st.sampled_from([16, 32]),
+       length=st.sampled_from(["short", "k+1", "odd", "many"]), score=st.sampled_from(["max", "mean"]),
+       local=st.booleans(), groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]))
+# ties between chunk scores (duplicated keys on the grid), fewer candidates than k, both scores
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=21), k=3, chunk=16, length="many", score="max",
+         local=True, groups=(2, 2), dims=(16, 16))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=22), k=2, chunk=16, length="many", score="mean",
+         local=False, groups=(4, 2), dims=(16, 16))
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=23), k=16, chunk=16, length="odd",
+         score="mean", local=True, groups=(3, 1), dims=(32, 64))
+def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims):
+    T = {"short": chunk - 3, "k+1": 2 * chunk + 1, "odd": 3 * chunk - 5, "many": 6 * chunk + 7}[length]
+    H, HK = groups
+    key = topk_key(score, k=k, chunk=chunk, local=local, heads=H, kv_groups=HK, dk=dims[0], dv=dims[1])
+    if kind["data"] == "grid":
+        key = dataclasses.replace(key, scale=0.25)  # a power of two keeps grid scores exact
+    assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("score,local", [("max", True), ("max", False), ("mean", True), ("mean", False)])
+def test_topk_decode_matches_last_row_of_the_full_forward(score, local, device):
+    """One query at position L - 1 against the cache, four query heads on two key/value heads
+    (read in place; a cache repeated per query head gives the same answer)."""
+    key = topk_key(score, k=3, local=local, heads=4, kv_groups=2)
+    for L in (1, 16, 17, 75):
+        q, k, v, _ = make_inputs(1, L, 4, 16, 16, kv_heads=2, data="grid", magnitude=1.0, seed=L, duplicate=True)
+        key_l = dataclasses.replace(key, scale=0.25)
+        want = top1.reference(key_l, q.double(), k.double(), v.double())[:, -1:]
+        q, k, v = (t.to(device) for t in (q, k, v))
+        got = top1.decode(key_l, q[:, -1:], k, v)
+        assert ((got.double().cpu() - want).norm() / want.norm()).item() < 1e-6, L
+        repeated = top1.decode(key_l, q[:, -1:], k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2))
+        assert torch.equal(got, repeated), L
+
+
+def test_topk_queries_with_fewer_candidates_than_k_attend_all_of_them():
+    """k = 16 of 16-token chunks at T = 50: no query has 16 earlier chunks, so every candidate is
+    selected: the output is causal softmax attention over the whole prefix."""
+    key = topk_key("max", k=16, heads=1, kv_groups=1)
+    q, k, v, _ = make_inputs(1, 50, 1, 16, 16, data="float", magnitude=1.0, seed=3, duplicate=False)
+    scores = torch.einsum("bihd,bjhd->bhij", q.double(), k.double()) * key.scale
+    w = torch.softmax(scores.masked_fill(torch.ones(50, 50).triu(1).bool(), float("-inf")), -1)
+    want = torch.einsum("bhij,bjhd->bihd", w, v.double())
+    got = top1.run(key, q, k, v)
+    assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+
+
+def test_support_table_admits_top_k_chunks_without_the_gate_only():
+    assert support.triton(topk_key("mean", k=3)).op == "triton.topk_chunk"
+    assert support.triton(topk_key("max", k=16)).op == "triton.topk_chunk"
+    ste = dataclasses.replace(topk_key("mean", k=3), select=dataclasses.replace(topk_key("mean", k=3).select, grad="ste"))
+    assert not support.triton(ste).ok and "grad = none" in support.triton(ste).fix
+    assert "at most 16" in support.triton(topk_key("max", k=17)).reason
+    element = variant("top1_element", dk=16, dv=16, k=4, grad="none")
+    assert not support.triton(element).ok and "element" in support.triton(element).reason
