@@ -41,8 +41,10 @@ Columns, per (case, T, D, pass); pass = fwd (no grad) or fwd+bwd (backward of a 
                   pairs equal seqdsl's; its selection is per key head instead of per query head.
     reference     seqdsl.reference.top1.topk_chunk_ref (grad = ste, the spec's), O(T^2) memory:
                   skipped with the reason when B * H * T^2 > --ref-max-elems.
-    generated     seqdsl's generated Triton kernel for the key, when seqdsl.ir.support.triton
-                  admits it (today: Top-1 only, so the column prints the table's reason).
+    generated     seqdsl's generated top-k chunk kernels (codegen/templates/topk_chunk.py.jinja) for
+                  the case with grad = none (no gradient through the selection, as MoBA and NSA
+                  train; the other columns' selection carries none either), grouped key/value heads
+                  read in place; the selection is inside the kernels, counted.
 Every cell is ms and the ratio sdpa_cudnn ms / column ms (higher = faster than dense) of the same
 run, or the reason it did not run (footnoted in the table, whole in the JSON). Never a blank.
 
@@ -391,10 +393,13 @@ def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tup
     return bh * (4 * D * pairs + sel), bh * (3.5 * 4 * D * pairs + sel)
 
 
-def generated_key(case: Case, dim: int):
+def generated_key(case: Case, dim: int, HQ: int, HKV: int):
+    """The case's kernel key: no gradient through the selection (what the generated top-k kernels
+    run, as MoBA and NSA train), HQ query heads on HKV key/value heads read in place."""
     from tests.kernels.keys import variant
 
-    return variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local)
+    key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none")
+    return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
 
 
 def column_runners(column: str, case: Case, q, k, v, scale: float, args, device):
@@ -474,16 +479,18 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
         try:
             from seqdsl.ir import support
 
-            key = generated_key(case, D)
+            key = generated_key(case, D, HQ, HKV)
             verdict = support.triton(key)
         except Exception as err:  # the spec or key machinery is mid-edit: say so
             raise Skip(f"no kernel key: {type(err).__name__}: {err}"[:200]) from err
         if not verdict.ok:
             raise Skip(f"not generated: seqdsl.ir.support.triton says \"{verdict.reason}\"")
+        if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+            raise Skip("the generated kernels need a CUDA device (or TRITON_INTERPRET=1) here")
         from seqdsl.kernels import top1
 
         kernel = top1.bind(key)
-        return (lambda q, k, v: kernel(q, expand(k), expand(v))), dict(key=key.slug())
+        return kernel, dict(key=key.slug(), gqa="native" if G > 1 else "none")
     raise ValueError(column)
 
 
@@ -686,10 +693,38 @@ def run_check(cases, device, args) -> list[dict]:
             row["seconds"] = round(time.perf_counter() - t0, 1)
             rows.append(row)
             print("check " + json.dumps(row), flush=True)
+        if cuda:  # the generated kernels compiled for this GPU (the interpreter's are tests/kernels')
+            rows.append(_check_generated(case, (qd, kd, vd, dod), want, want_grads, tol))
+            print("check " + json.dumps(rows[-1]), flush=True)
         if case.gqa:
             rows.append(_check_fla(case, device))
             print("check " + json.dumps(rows[-1]), flush=True)
     return rows
+
+
+def _check_generated(case: Case, inputs, want, want_grads, tol: float) -> dict:
+    """The generated top-k kernels (float32, key/value heads in place) vs the float64 reference:
+    output and dq, dk, dv."""
+    import torch
+
+    q, k, v, do = inputs
+    row = dict(check="generated", case=case.name, local=case.local, T=q.shape[1], HQ=q.shape[2], HKV=k.shape[2],
+               dim=q.shape[-1], dtype="float32", tol=tol)
+    t0 = time.perf_counter()
+    try:
+        from seqdsl.kernels import top1
+
+        key = generated_key(case, q.shape[-1], q.shape[2], k.shape[2])
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        got = top1.bind(key)(*leaves)
+        row["err_o"] = _rel(got.detach().cpu(), want.detach())
+        for name, g, w in zip(("dq", "dk", "dv"), torch.autograd.grad(got, leaves, do), want_grads):
+            row[f"err_{name}"] = _rel(g.cpu(), w)
+        row["ok"] = all(v_ <= tol for k_, v_ in row.items() if k_.startswith("err_"))
+    except Exception as err:
+        row.update(ok=False, error=_why(err))
+    row["seconds"] = round(time.perf_counter() - t0, 1)
+    return row
 
 
 def _check_fla(case: Case, device) -> dict:

@@ -37,6 +37,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "rwkv7_top1_chunk_exact": ("pass", {"M002"}),  # info: the paper's transplant
     # degraded: a weakened pillar
     "top1_chunk_approx": ("degraded", {"R003"}),
+    "moba": ("degraded", {"R003", "R004"}),  # R004: an info, no gradient through the choice
     "rwkv7_top1_chunk_approx": ("degraded", {"R003", "M002"}),
     "temperature_2": ("degraded", {"N002"}),
     "temperature_4": ("degraded", {"N002"}),

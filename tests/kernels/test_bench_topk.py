@@ -47,8 +47,9 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
         for r in (r for r in rows if r["case"] == case):
             for p in ("fwd", "fwdbwd"):
                 assert f"{p}_ms" in r or r.get("skip") or r.get(f"{p}_skip"), r
-    generated = [r for r in rows if r["column"] == "generated"]
-    assert generated and all("k = 1" in r["skip"] for r in generated)
+    generated = [r for r in rows if r["column"] == "generated"]  # under the interpreter here (conftest)
+    assert {r["case"] for r in generated} == set(bench.CASES)
+    assert all(r["fwd_ms"] > 0 and r["fwdbwd_ms"] > 0 and r["key"].startswith(f"top{bench.CASES[r['case']].k}_chunk") for r in generated)
     nsa_fla = next(r for r in rows if r["case"] == "nsa_k16_c64" and r["column"] == "fla_nsa")
     assert "power of two >= 16" in nsa_fla["skip"]  # the smoke's 2 heads: not a GQA shape fla takes
 

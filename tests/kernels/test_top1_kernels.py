@@ -318,15 +318,20 @@ def test_unsupported_key_is_refused_with_the_support_tables_reason():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("spec", ["top1_element", "top1_element_window_256_sink4", "top1_chunk_exact",
-                                  "top1_chunk_approx"])
+                                  "top1_chunk_approx", "top1_chunk_exact_gqa", "moba"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dim", [64, 128])
 def test_kernels_on_gpu_at_large_shapes(spec, dtype, dim):
     """Compiled for the GPU at its tiles (128 x 64 and up, not the interpreter's 16): the window's
-    loops over 2,125 queries start past the sink tiles and skip every tile the window leaves."""
-    chunk = {"chunk": 128} if spec.startswith("top1_chunk") else {}
+    loops over 2,125 queries start past the sink tiles and skip every tile the window leaves; the
+    grouped spec's 4 query heads read 2 key/value heads in place; MoBA keeps 3 of 16 chunks."""
+    chunk = {"chunk": 128} if spec.startswith("top1_chunk") or spec == "moba" else {}
     key = variant(spec, dk=dim, dv=dim, **chunk)
-    inputs = make_inputs(2, 2048 + 77, 4, dim, dim, data="float", magnitude=1.0, seed=0, duplicate=False, dtype=dtype)
+    kv_heads = None
+    if key.kv_groups < key.heads:  # the grouped spec at this test's 4 query heads
+        key, kv_heads = dataclasses.replace(key, heads=4, kv_groups=2), 2
+    inputs = make_inputs(2, 2048 + 77, 4, dim, dim, data="float", magnitude=1.0, seed=0, duplicate=False, dtype=dtype,
+                         kv_heads=kv_heads)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
     # the largest errors against float64 go to the log (pytest -s prints them as each test runs)
     print(f"{spec} D={dim} {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
