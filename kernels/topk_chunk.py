@@ -88,10 +88,11 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs, dk, dv,
         *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=_block_m(key, cfg),
         PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32
+    dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
         dq = dq + dq_own
-    return dq.to(q.dtype), dk, dv
+    # q's layout, as the op's fake implementation promises (torch.compile traces with it)
+    return dq.contiguous().to(q.dtype), dk, dv
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

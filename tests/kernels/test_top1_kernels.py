@@ -20,6 +20,7 @@ import torch
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from seqdsl.ir.key import shared_kv_group
 from seqdsl.kernels import launch, top1
 from tests.kernels.keys import spec_key, variant
 
@@ -295,10 +296,13 @@ def test_model_compiles_without_graph_breaks():
     custom ops (forward and autograd) in one graph, once the key has been bound; the same code
     compiled for a second key (both bound first) runs that key's kernels, not the first's."""
     keys = [variant("top1_element", dk=16, dv=16), variant("top1_chunk_exact", dk=16, dv=16, chunk=16),
-            variant("top1_chunk_approx", dk=16, dv=16, chunk=16)]
+            variant("top1_chunk_approx", dk=16, dv=16, chunk=16),
+            variant("top1_chunk_approx", dk=16, dv=16, chunk=16, k=3, grad="none"),  # top-k
+            dataclasses.replace(variant("top1_element", dk=16, dv=16), heads=2, kv_groups=1)]  # grouped
     kernels = [top1.bind(key) for key in keys]
     for key, kernel in zip(keys, kernels):
-        q, k, v, _ = make_inputs(1, 20, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False)
+        q, k, v, _ = make_inputs(1, 40, 2, 16, 16, data="float", magnitude=1.0, seed=1, duplicate=False,
+                                 kv_heads=2 // shared_kv_group(key))
         leaves = [t.requires_grad_() for t in (q, k, v)]
         compiled = torch.compile(lambda a, b, c: top1.run(key, a, b, c).square().sum(), backend="eager",
                                  fullgraph=True)

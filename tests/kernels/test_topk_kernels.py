@@ -87,3 +87,23 @@ def test_support_table_admits_top_k_chunks_without_the_gate_only():
     assert "at most 16" in support.triton(topk_key("max", k=17)).reason
     element = variant("top1_element", dk=16, dv=16, k=4, grad="none")
     assert not support.triton(element).ok and "element" in support.triton(element).reason
+
+
+@pytest.mark.parametrize("spec,select", [("top1_element", {}), ("top1_chunk_exact", {"chunk": 16}),
+                                         ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none"}),
+                                         ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none", "local": False})])
+def test_the_training_ops_pass_opcheck(spec, select):
+    """torch.compile traces the custom ops with their fake implementations: the real outputs'
+    shapes, dtypes and strides must be the fakes' (a strided dq from the top-k backward failed
+    `seqdsl train` on a GPU with torch.library's "see opcheck" error)."""
+    key = dataclasses.replace(variant(spec, dk=16, dv=16, **select), heads=4, kv_groups=2)
+    ops = top1.bind(key).ops
+    q, k, v, do = make_inputs(1, 40, 4, 16, 16, kv_heads=2, data="float", magnitude=1.0, seed=2, duplicate=False)
+    slug = key.slug()
+    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default,
+                          tuple(t.requires_grad_() for t in (q, k, v)))
+    out = ops.train(q, k, v)
+    bwd = getattr(torch.ops.seqdsl, f"{slug}_bwd").default
+    # the backward op's arguments as the registered autograd formula passes them (kernels/ops.py)
+    args = (q, k, v, do, *out[1:]) if spec == "top1_element" else (q, k, v, out[0], do, *out[1:])
+    torch.library.opcheck(bwd, tuple(t.detach() for t in args))
