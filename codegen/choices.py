@@ -74,9 +74,9 @@ def plan(key: KernelKey) -> KernelPlan:
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
         return KernelPlan("element.py.jinja", tuple(holes.items()))
-    if sel.k > 1:  # grad = none (support.triton): no gate kernels
+    if sel.k > 1:
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
-                     kslots=1 << (sel.k - 1).bit_length())
+                     kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste")
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))
     holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
                  inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))

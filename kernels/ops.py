@@ -151,13 +151,14 @@ def _chunk_ops(key: KernelKey) -> Ops:
     return Ops(infer, train)
 
 
-_TOPK_SAVED = ("lse", "perm", "starts")
+_TOPK_SAVED = ("lse", "perm", "starts", "sel", "lsec", "gate", "kbar")
 
 
 def _topk_chunk_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     K = selection(key).k
     C = chunk_size(selection(key))
+    ste = selection(key).grad == "ste"
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -168,20 +169,25 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
         return v.new_empty(*q.shape[:3], v.shape[-1])
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
-    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        o, saved = topk_chunk.forward(key, q, k, v)
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
+        o, saved = topk_chunk.forward(key, q, k, v, with_stats=ste)
         return (o, *(saved[name] for name in _TOPK_SAVED))
 
     @train.register_fake
     def _(q, k, v):
         B, T, H, _ = q.shape
+        stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
+        kbar = (q.new_empty(B, max(T // C, 1), k.shape[2], q.shape[-1], dtype=torch.float32)
+                if selection(key).score == "mean" else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's
         return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.float32),
-                q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32))
+                q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32),
+                q.new_empty(B * H, T, K, dtype=torch.int32), stats, stats.new_empty(stats.shape), kbar)
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
-    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, perm: Tensor,
-            starts: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return topk_chunk.backward(key, q, k, v, o, do, dict(lse=lse, perm=perm, starts=starts))
+    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, perm: Tensor, starts: Tensor,
+            sel: Tensor, lsec: Tensor, gate: Tensor, kbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        saved = dict(zip(_TOPK_SAVED, (lse, perm, starts, sel, lsec, gate, kbar)))
+        return topk_chunk.backward(key, q, k, v, o, do, saved)
 
     @bwd.register_fake
     def _(q, k, v, o, do, *saved):

@@ -1,5 +1,5 @@
 """Top-k chunk selection, k > 1, on the generated kernels (codegen/templates/topk_chunk.py.jinja):
-forward, decode and backward. No gradient reaches the selection (grad = none).
+forward, decode and backward, with the STE gate's gradient (grad = ste) or none (grad = none).
 
 Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key);
 o, dO (B, T, H, Dv); K = the key's k chunks per query, C chunk size, N = ceil(T / C) chunks;
@@ -8,6 +8,7 @@ sel (B*H, T, K) int32 (-1: an empty slot); a pair p = t * K + slot; lse (B*H, T)
 Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the marked ones):
     forward   [Approx: kbar = chunk means of k, torch, O(T Dk)]
               select    -> sel: every candidate chunk scored, the K best kept in registers
+                           (STE, training: + lsec, gate: the candidates' log-sum-exp and G)
               [bucket   -> perm, starts: the (query, slot) pairs sorted by chunk, torch.sort]
               attn_fwd  -> per key chunk: the pairs that selected it, partial (o, lse) per pair
               merge     -> the own chunk (local on) and the K partials, by log-sum-exp: o, lse
@@ -15,6 +16,8 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
               attn_bwd  -> per key chunk (and key/value head): dk, dv of its keys, dq of its own
                            queries (local on) and of each pair that selected it (float32, per pair)
               [dq       -> the pairs' parts summed over the slots, plus the own chunk's, torch]
+              gate_dq   -> (STE) the gate's dq through every candidate's score (float32)
+              gate_dk   -> (STE) the gate's dk, added to attn_bwd's, per key chunk
 Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts; nothing
 is T x T or T x N.
 """
@@ -41,9 +44,11 @@ def _block_m(key: KernelKey, cfg: dict) -> int:
     return min(cfg["BLOCK_M"], chunk_size(selection(key)))  # divides the chunk: one chunk per program
 
 
-def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 0) -> tuple[Tensor, dict]:
+def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 0,
+            with_stats: bool = False) -> tuple[Tensor, dict]:
     """(o, saved): o (B, Tq, H, Dv); q's first row sits at position q_offset of k and v
-    (decoding: one row at L - 1); saved holds what the backward needs (lse, perm, starts)."""
+    (decoding: one row at L - 1); saved holds what the backward needs (lse, perm, starts, sel,
+    kbar, and with `with_stats` (training with the STE) lsec and gate; else those are empty)."""
     mod = load(key)
     name = key.slug()
     B, Tq, H, Dk = q.shape
@@ -55,8 +60,10 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = kbar_for(key, k)
     sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
+    lsec, gate = (torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device) for _ in range(2))
     getattr(mod, f"{name}_select")[(B * H, triton_cdiv(Tq, bm))](
-        q, k, kbar, sel, *launch.strides(q, k, kbar), Tq, Tk, q_offset, H, BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, Tk, q_offset, H, WITH_STATS=with_stats,
+        BLOCK_M=bm, BLOCK_C=_block_c(), **common)
     perm, starts = launch.bucket(sel.view(B * H, Tq * K), n_chunks)
     o_pairs = torch.empty(B * H, Tq * K, Dv, dtype=torch.float32, device=q.device)
     lse_pairs = torch.full((B * H, Tq * K), float("-inf"), dtype=torch.float32, device=q.device)
@@ -67,11 +74,12 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     lse = torch.empty(B * H, Tq, dtype=torch.float32, device=q.device)
     getattr(mod, f"{name}_merge")[(triton_cdiv(Tq, bm), B * H)](
         q, k, v, o_pairs, lse_pairs, o, lse, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H, BLOCK_M=bm, **common)
-    return o, dict(lse=lse, perm=perm, starts=starts)
+    return o, dict(lse=lse, perm=perm, starts=starts, sel=sel, lsec=lsec, gate=gate, kbar=kbar)
 
 
 def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, saved: dict):
-    """(dq, dk, dv) of the attention over the selected chunks (and the own chunk)."""
+    """(dq, dk, dv) of the attention over the selected chunks (and the own chunk), plus the STE
+    gate's (grad = ste)."""
     mod = load(key)
     name = key.slug()
     B, T, H, Dk = q.shape
@@ -91,8 +99,28 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
         dq = dq + dq_own
+    if selection(key).grad == "ste":
+        dq = dq + _gate(key, q, k, dk, delta, saved)
     # q's layout, as the op's fake implementation promises (torch.compile traces with it)
     return dq.contiguous().to(q.dtype), dk, dv
+
+
+def _gate(key: KernelKey, q: Tensor, k: Tensor, dk: Tensor, delta: Tensor, saved: dict) -> Tensor:
+    """The STE gate's gradient: added into dk in place (gate_dk); dq's part returned, float32."""
+    mod = load(key)
+    name = key.slug()
+    B, T, H, Dk = q.shape
+    C = chunk_size(selection(key))
+    cfg = launch.tuned("topk_chunk.gate", launch.tiles(Dk, q.dtype, train=True))
+    bm = _block_m(key, cfg)
+    common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    stats = (saved["kbar"], saved["sel"], saved["lsec"], saved["gate"], delta)
+    dqg = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # every row written
+    getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
+        q, k, *stats, dqg, *launch.strides(q, k, saved["kbar"]), T, H, BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    getattr(mod, f"{name}_gate_dk")[(B * k.shape[2], triton_cdiv(T, C))](  # per key/value head
+        q, k, *stats, dk, *launch.strides(q, k, saved["kbar"]), T, H, T // C, BLOCK_M=bm, **common)
+    return dqg
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

@@ -141,8 +141,8 @@ TRITON_TOPK_MAX = 16  # chunks a query may select on the generated top-k kernels
 
 
 def triton(key: KernelKey) -> Support:
-    """The generated selection kernels: element selection with k = 1; chunk selection with k = 1
-    (with the STE gate) or 2 <= k <= 16 (no gradient through the choice)."""
+    """The generated selection kernels: element selection with k = 1; chunk selection with
+    1 <= k <= 16, with the STE gate or without a gradient through the choice."""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
@@ -154,10 +154,6 @@ def triton(key: KernelKey) -> Support:
     if sel.k > TRITON_TOPK_MAX:
         return _no("triton", f"top-{sel.k}: the generated chunk kernels keep at most {TRITON_TOPK_MAX} chunks "
                              "per query (a running list in registers)", ("select", "k"), f"`k` of at most {TRITON_TOPK_MAX}")
-    if sel.k != 1 and sel.grad == "ste":
-        return _no("triton", f"top-{sel.k} with `grad = ste`: the STE gate over several selected chunks is not "
-                             "generated (reference only); with `grad = none` (MoBA's and NSA's selection, no "
-                             "gradient through the choice) it is", ("select", "grad"), "`grad = none`")
     if key.feature != "identity":
         return _no("triton", f"feature map `{key.feature}` under selection", ("relation", "feature"),
                    "`feature = identity`")

@@ -1,5 +1,6 @@
-"""The generated top-k chunk kernels (k > 1, grad = none) against the float64 reference
-(seqdsl/reference/top1.py: topk_chunk_ref), as tests/kernels/test_top1_kernels.py does for k = 1.
+"""The generated top-k chunk kernels (k > 1, grad = none and the STE gate) against the float64
+reference (seqdsl/reference/top1.py: topk_chunk_ref), as tests/kernels/test_top1_kernels.py does
+for k = 1.
 
 Outputs and dq, dk, dv, norm-relative, over k from 2 to 16 (more than the candidates, so slots
 stay empty), lengths around chunk boundaries, both scores, the local chunk on and off, grouped
@@ -24,27 +25,37 @@ from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_
 
 
 def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: int = 2, kv_groups: int = 2,
-             dk: int = 16, dv: int = 16):
+             dk: int = 16, dv: int = 16, grad: str = "none"):
     base = "top1_chunk_exact" if score == "max" else "top1_chunk_approx"
-    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad="none", k=k)
+    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k)
     return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
 
 
 @FAST
 @given(kind=data_kinds, k=st.sampled_from([2, 3, 5, 16]), chunk=st.sampled_from([16, 32]),
        length=st.sampled_from(["short", "k+1", "odd", "many"]), score=st.sampled_from(["max", "mean"]),
-       local=st.booleans(), groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]))
-# ties between chunk scores (duplicated keys on the grid), fewer candidates than k, both scores
+       local=st.booleans(), groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]),
+       grad=st.sampled_from(["none", "ste"]))
+# ties between chunk scores (duplicated keys on the grid), fewer candidates than k, both scores,
+# the STE gate (into q and k through every candidate's score) with each score and local chunk
 @example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=21), k=3, chunk=16, length="many", score="max",
-         local=True, groups=(2, 2), dims=(16, 16))
+         local=True, groups=(2, 2), dims=(16, 16), grad="none")
 @example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=22), k=2, chunk=16, length="many", score="mean",
-         local=False, groups=(4, 2), dims=(16, 16))
+         local=False, groups=(4, 2), dims=(16, 16), grad="none")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=23), k=16, chunk=16, length="odd",
-         score="mean", local=True, groups=(3, 1), dims=(32, 64))
-def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims):
+         score="mean", local=True, groups=(3, 1), dims=(32, 64), grad="none")
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=24), k=2, chunk=16, length="many", score="max",
+         local=False, groups=(4, 2), dims=(16, 16), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=25), k=3, chunk=16, length="many", score="mean",
+         local=True, groups=(2, 2), dims=(16, 16), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=26), k=3, chunk=32, length="odd", score="mean",
+         local=False, groups=(4, 2), dims=(32, 64), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=27), k=3, chunk=16, length="many", score="max",
+         local=True, groups=(3, 1), dims=(16, 16), grad="ste")
+def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims, grad):
     T = {"short": chunk - 3, "k+1": 2 * chunk + 1, "odd": 3 * chunk - 5, "many": 6 * chunk + 7}[length]
     H, HK = groups
-    key = topk_key(score, k=k, chunk=chunk, local=local, heads=H, kv_groups=HK, dk=dims[0], dv=dims[1])
+    key = topk_key(score, k=k, chunk=chunk, local=local, heads=H, kv_groups=HK, dk=dims[0], dv=dims[1], grad=grad)
     if kind["data"] == "grid":
         key = dataclasses.replace(key, scale=0.25)  # a power of two keeps grid scores exact
     assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
@@ -79,11 +90,10 @@ def test_topk_queries_with_fewer_candidates_than_k_attend_all_of_them():
     assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
 
 
-def test_support_table_admits_top_k_chunks_without_the_gate_only():
-    assert support.triton(topk_key("mean", k=3)).op == "triton.topk_chunk"
-    assert support.triton(topk_key("max", k=16)).op == "triton.topk_chunk"
-    ste = dataclasses.replace(topk_key("mean", k=3), select=dataclasses.replace(topk_key("mean", k=3).select, grad="ste"))
-    assert not support.triton(ste).ok and "grad = none" in support.triton(ste).fix
+def test_support_table_admits_top_k_chunks_up_to_16():
+    for grad in ("none", "ste"):
+        assert support.triton(topk_key("mean", k=3, grad=grad)).op == "triton.topk_chunk"
+        assert support.triton(topk_key("max", k=16, grad=grad)).op == "triton.topk_chunk"
     assert "at most 16" in support.triton(topk_key("max", k=17)).reason
     element = variant("top1_element", dk=16, dv=16, k=4, grad="none")
     assert not support.triton(element).ok and "element" in support.triton(element).reason
@@ -91,7 +101,8 @@ def test_support_table_admits_top_k_chunks_without_the_gate_only():
 
 @pytest.mark.parametrize("spec,select", [("top1_element", {}), ("top1_chunk_exact", {"chunk": 16}),
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none"}),
-                                         ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none", "local": False})])
+                                         ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "ste", "local": False}),
+                                         ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "ste"})])
 def test_the_training_ops_pass_opcheck(spec, select):
     """torch.compile traces the custom ops with their fake implementations: the real outputs'
     shapes, dtypes and strides must be the fakes' (a strided dq from the top-k backward failed
