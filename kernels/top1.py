@@ -121,14 +121,7 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
 def reference(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """The oracle for `key` (seqdsl/reference/top1.py), called as seqdsl/lower calls it: shared
     key/value heads repeated to one per query head (autograd sums a group's gradients)."""
-    sel = selection(key)
-    k, v = attn_ref.repeat_heads(k, q.shape[2]), attn_ref.repeat_heads(v, q.shape[2])
-    if sel.over == "element":
-        return top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                                         grad=sel.grad, value_grad=sel.value_grad, window=sliding_window(key),
-                                         sink=key.sink)
-    return top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
-                                   temperature=key.temperature, score=sel.score, local=sel.local, grad=sel.grad)
+    return top1_ref.selection_ref(key, q, attn_ref.repeat_heads(k, q.shape[2]), attn_ref.repeat_heads(v, q.shape[2]))
 
 
 # norm-relative tolerances against the float64 reference, by input dtype. Wider than the kernels'

@@ -59,6 +59,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdsl.ir.key import KernelKey, chunk_size, sliding_window
 from seqdsl.reference.attention import _check_qkv, attention_scores, visibility_mask
 
 _NEG_INF = float("-inf")
@@ -217,3 +218,18 @@ def topk_chunk_ref(
     g = (_masked_softmax(cs / temperature, candidate) * chosen).sum(dim=-1)  # (B, H, T)
     factor = 1.0 + (g - g.detach())
     return o * factor.permute(0, 2, 1)[..., None]
+
+
+def selection_ref(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, alibi_slopes: Tensor | None = None) -> Tensor:
+    """The selection mixer of `key` (`key.select` set): element or chunk top-k with the key's
+    scale, temperature, gradient modes and, for element selection, its window and sink tokens.
+    q, k, v with one head each per query head (shared heads repeated by the caller)."""
+    sel = key.select
+    if sel is None:
+        raise ValueError(f"{key.slug()} selects nothing (key.select is None)")
+    if sel.over == "element":
+        return topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature, grad=sel.grad,
+                                value_grad=sel.value_grad, window=sliding_window(key), sink=key.sink,
+                                alibi_slopes=alibi_slopes)
+    return topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k, temperature=key.temperature,
+                          score=sel.score, local=sel.local, grad=sel.grad)

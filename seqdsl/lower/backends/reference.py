@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqdsl.ir.key import Dense, KernelKey, chunk_size, sliding_window
+from seqdsl.ir.key import Dense, KernelKey, sliding_window
 from seqdsl.lower.backends.base import Unchecked
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
@@ -70,21 +70,12 @@ def attention_reference(key: KernelKey, m: AttentionInputs) -> Tensor:
     k, v = attn_ref.repeat_heads(m.k, H), attn_ref.repeat_heads(m.v, H)
     q = m.q if m.pos == 0 else torch.cat([m.q.new_zeros(B, L - T, H, F_), m.q], dim=1)
     bias = None if m.bias is None else F.pad(m.bias, (0, 0, L - T, 0))
-    window = sliding_window(key)
-    sel = key.select
-    if sel is not None and sel.over == "element":
-        out = top1_ref.topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k,
-                                        temperature=key.temperature, grad=sel.grad,
-                                        value_grad=sel.value_grad, window=window, alibi_slopes=m.alibi,
-                                        sink=key.sink)
-    elif sel is not None:
-        out = top1_ref.topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k,
-                                      temperature=key.temperature, score=sel.score, local=sel.local,
-                                      grad=sel.grad)
+    if key.select is not None:
+        out = top1_ref.selection_ref(key, q, k, v, alibi_slopes=m.alibi)
     else:
         chunk_local = key.window if key.visibility == "chunk_local" else None
         out = attn_ref.attention_ref(q, k, v, scale=key.scale, temperature=key.temperature,
-                                     window=window, chunk_local=chunk_local, alibi_slopes=m.alibi,
+                                     window=sliding_window(key), chunk_local=chunk_local, alibi_slopes=m.alibi,
                                      bias=bias, sink=key.sink)
     return out[:, L - T:]
 
