@@ -43,7 +43,7 @@ def _block_c() -> int:
     return 2 if launch.interpreted() else 64
 
 
-def _block_m(key: KernelKey, cfg: dict) -> int:
+def block_m(key: KernelKey, cfg: dict) -> int:
     return min(cfg["BLOCK_M"], chunk_size(selection(key)))  # divides the chunk: one chunk per program
 
 
@@ -70,7 +70,7 @@ def select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, *, with_stats: bo
     mod = load(key)
     B, T, H, _ = q.shape
     cfg = launch.tuned("chunk.fwd", launch.tiles(q.shape[-1], q.dtype, train=with_stats))
-    bm = _block_m(key, cfg)
+    bm = block_m(key, cfg)
     sel = torch.empty(B * H, T, dtype=torch.int32, device=q.device)
     n = T if with_stats else 0
     lsec = torch.empty(B * H, n, dtype=torch.float32, device=q.device)
@@ -94,7 +94,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, with_stats: bool
     sel, lsec, gate, gw = select(key, q, k, kbar, with_stats=with_stats)
     perm, starts = launch.bucket(sel, n_chunks)
     cfg = launch.tuned("chunk.fwd", launch.tiles(q.shape[-1], q.dtype, train=with_stats))
-    bm = _block_m(key, cfg)
+    bm = block_m(key, cfg)
     o = torch.empty(B, T, H, Dv, dtype=v.dtype, device=v.device)
     lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
     local = selection(key).local
@@ -126,13 +126,13 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     # D_i = dO_i . o_i = dL/dG_i, and GG_i = D_i * G_i (STE)
     delta, gg = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o, saved["gate"] if ste else None)
     cfg = launch.tuned("chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
-    bm = _block_m(key, cfg)
+    bm = block_m(key, cfg)
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = saved["kbar"]
     dkbar = kbar  # placeholder: read only by Approx with the STE
     if ste:  # the gate kernels' tiles (launch site chunk.gate)
         gcfg = launch.tuned("chunk.gate", launch.gate_tiles(Dk, q.dtype, chunk=C))
-        gate = dict(BLOCK_M=_block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
+        gate = dict(BLOCK_M=block_m(key, gcfg), BLOCK_C=gcfg["BLOCK_C"], PREC=launch.precision(q.dtype),
                     **launch.launch_opts(gcfg))
     if ste and selection(key).score == "mean" and full >= 1:  # queries past chunk 0 score complete chunks
         dkbar = torch.zeros(B * H, full, Dk, dtype=torch.float32, device=q.device)

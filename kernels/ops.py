@@ -40,6 +40,15 @@ def _rows(q: Tensor, dtype) -> Tensor:
     return q.new_empty(B * H, T, dtype=dtype)
 
 
+def _kbar(key: KernelKey, q: Tensor, k: Tensor) -> Tensor:
+    """The fake of `chunk.kbar_for`: (B, N_full or 1, HK, Dk) float32 mean keys (Approx), a
+    (1, 1, 1, 1) placeholder for Exact."""
+    B, T = q.shape[:2]
+    if selection(key).score == "mean":
+        return q.new_empty(B, max(T // chunk_size(selection(key)), 1), k.shape[2], q.shape[-1], dtype=torch.float32)
+    return q.new_empty(1, 1, 1, 1, dtype=torch.float32)
+
+
 def _element_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     group = shared_kv_group(key)  # query heads per key/value head of k and v
@@ -119,11 +128,9 @@ def _chunk_ops(key: KernelKey) -> Ops:
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
         n_chunks = (T + C - 1) // C
         gw = torch.empty_like(q) if ste and selection(key).score == "max" else q.new_empty(0)
-        kbar = (q.new_empty(B, max(T // C, 1), H, q.shape[-1], dtype=torch.float32) if selection(key).score == "mean"
-                else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's shapes
         return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.int32), stats, stats.new_empty(stats.shape), gw,
                 _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32),
-                kbar)
+                _kbar(key, q, k))
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, sel: Tensor, lsec: Tensor, gate: Tensor,
@@ -177,11 +184,9 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     def _(q, k, v):
         B, T, H, _ = q.shape
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
-        kbar = (q.new_empty(B, max(T // C, 1), k.shape[2], q.shape[-1], dtype=torch.float32)
-                if selection(key).score == "mean" else q.new_empty(1, 1, 1, 1, dtype=torch.float32))  # chunk.kbar_for's
         return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.float32),
                 q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32),
-                q.new_empty(B * H, T, K, dtype=torch.int32), stats, stats.new_empty(stats.shape), kbar)
+                q.new_empty(B * H, T, K, dtype=torch.int32), stats, stats.new_empty(stats.shape), _kbar(key, q, k))
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, perm: Tensor, starts: Tensor,

@@ -142,12 +142,16 @@ def compare(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor) -> dict
 def check_length(key: KernelKey) -> int:
     """The self-check's sequence length: a few chunks with a partial last one; under a window,
     past the sinks and the window by two of the largest tiles (128), so that every loop bound of
-    the window kernels is reached (a shorter check never leaves the window's first tile)."""
+    the window kernels is reached (a shorter check never leaves the window's first tile); for k
+    chunks, k + 2 chunks and a partial one, so that the last queries have more candidates than
+    they keep (with all of them kept, a wrong top-k list or STE gate, whose G would be 1, passes)."""
     sel = selection(key)
     window = sliding_window(key)
     if window is not None:
         return key.sink + window + 2 * 128 + 5
-    return 2 * chunk_size(sel) + 5 if sel.over == "chunk" else 77
+    if sel.over == "element":
+        return 77
+    return (2 if sel.k == 1 else sel.k + 2) * chunk_size(sel) + 5
 
 
 @functools.lru_cache(maxsize=None)

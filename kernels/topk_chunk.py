@@ -30,7 +30,7 @@ from torch import Tensor
 from seqdsl.ir.key import KernelKey, chunk_size, selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
-from seqdsl.kernels.chunk import kbar_for
+from seqdsl.kernels.chunk import block_m, kbar_for
 from seqdsl.kernels.element import triton_cdiv
 
 
@@ -38,10 +38,6 @@ def _block_c() -> int:
     """Mean keys per scan tile (Approx): 16 on the GPU (each is offered to the top-k list in
     turn, unrolled); 2 under the interpreter, so that a CPU test's few chunks span several tiles."""
     return 2 if launch.interpreted() else 16
-
-
-def _block_m(key: KernelKey, cfg: dict) -> int:
-    return min(cfg["BLOCK_M"], chunk_size(selection(key)))  # divides the chunk: one chunk per program
 
 
 def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 0,
@@ -56,7 +52,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     K = selection(key).k
     n_chunks = triton_cdiv(Tk, chunk_size(selection(key)))
     cfg = launch.tuned("topk_chunk.fwd", launch.tiles(Dk, q.dtype, train=False))
-    bm = _block_m(key, cfg)
+    bm = block_m(key, cfg)
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = kbar_for(key, k)
     sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
@@ -94,7 +90,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs, dk, dv,
-        *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=_block_m(key, cfg),
+        *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=block_m(key, cfg),
         PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
@@ -112,10 +108,10 @@ def _gate(key: KernelKey, q: Tensor, k: Tensor, dk: Tensor, delta: Tensor, saved
     B, T, H, Dk = q.shape
     C = chunk_size(selection(key))
     cfg = launch.tuned("topk_chunk.gate", launch.tiles(Dk, q.dtype, train=True))
-    bm = _block_m(key, cfg)
+    bm = block_m(key, cfg)
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     stats = (saved["kbar"], saved["sel"], saved["lsec"], saved["gate"], delta)
-    dqg = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # every row written
+    dqg = torch.empty_like(q, dtype=torch.float32)  # q's strides (the kernel writes with them); every row written
     getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
         q, k, *stats, dqg, *launch.strides(q, k, saved["kbar"]), T, H, BLOCK_M=bm, BLOCK_C=_block_c(), **common)
     getattr(mod, f"{name}_gate_dk")[(B * k.shape[2], triton_cdiv(T, C))](  # per key/value head

@@ -100,6 +100,7 @@ def test_support_table_admits_top_k_chunks_up_to_16():
 
 
 @pytest.mark.parametrize("spec,select", [("top1_element", {}), ("top1_chunk_exact", {"chunk": 16}),
+                                         ("top1_chunk_approx", {"chunk": 16}),  # grouped mean keys (HK heads)
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none"}),
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "ste", "local": False}),
                                          ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "ste"})])
@@ -118,3 +119,26 @@ def test_the_training_ops_pass_opcheck(spec, select):
     # the backward op's arguments as the registered autograd formula passes them (kernels/ops.py)
     args = (q, k, v, do, *out[1:]) if spec == "top1_element" else (q, k, v, out[0], do, *out[1:])
     torch.library.opcheck(bwd, tuple(t.detach() for t in args))
+
+
+def test_the_first_use_self_check_sees_a_wrong_gate(monkeypatch):
+    """The planner trusts a kernel after `top1.self_check`: its sequence is long enough that the
+    last queries keep fewer chunks than they have candidates (k + 2 chunks), so G < 1 and the
+    STE gate's gradient is not zero. A gate that drops its dk is refused."""
+    from seqdsl.kernels import topk_chunk
+
+    key = topk_key("mean", k=3, grad="ste", heads=2, kv_groups=2)
+    assert top1.check_length(key) > (3 + 1) * 16
+    ok, _ = top1.self_check.__wrapped__(key, torch.float32, "cpu")
+    assert ok
+    real = topk_chunk._gate
+
+    def without_dk(key, q, k, dk, delta, saved):
+        before = dk.clone()
+        dq = real(key, q, k, dk, delta, saved)
+        dk.copy_(before)
+        return dq
+
+    monkeypatch.setattr(topk_chunk, "_gate", without_dk)
+    ok, why = top1.self_check.__wrapped__(key, torch.float32, "cpu")
+    assert not ok and "dk" in why

@@ -5,7 +5,8 @@
 #
 # Legend: z2_ij = (q_i . k_j) * FACTOR is s_ij / tau in log2 units; query i sees key j when
 # j <= i (causal). Every log-sum-exp here is in log2 units. Buffers indexed (B*H, T[, D]) are
-# contiguous float32 (or int32); q, k, v, dO are (B, T, H, D) with the strides passed in.
+# contiguous float32 (or int32); q, dO are (B, T, H, D), k, v (B, T, H / GROUP, D), with the strides
+# passed in.
 import triton
 import triton.language as tl
 
@@ -242,7 +243,7 @@ def top1_chunk_78c73e36e469_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, SEL,
         ds_t = tie * (dscore / tl.sum(tie, 0))[None, :]
         dk_acc += tl.dot(ds_t.to(qt.dtype), tl.trans(qt), input_precision=PREC)
     dk_out = dk_acc * GRAD_SCALE
-    # every key belongs to one chunk: written once, straight into dk (B, T, H, D)
+    # every key belongs to one chunk: written once, straight into dk (B, T, H / GROUP, D)
     tl.store(DK_OUT + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], dk_out, mask=cols[:, None] < T_K)
 
 

@@ -3,8 +3,9 @@
 # codegen/templates/element.py.jinja, or use SEQDSL_KERNEL_OVERRIDE (docs/kernels.md).
 #
 # Legend: z2_ij = (q_i . k_j) * FACTOR is the logit s_ij / tau in log2 units; a query at position
-# i sees key j when j <= i (causal). Shapes: q, k (B, T, H, DK); v, o (B, T, H, DV);
-# IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H, DV) = the soft output p @ v (input dtype).
+# i sees key j when j <= i (causal). Shapes: q (B, T, H, DK); k (B, T, H / GROUP, DK),
+# v (B, T, H / GROUP, DV); o (B, T, H, DV); IDX (int32), LSE (log2 units) (B*H, T); OSOFT (B, T, H,
+# DV) = the soft output p @ v (input dtype).
 import triton
 import triton.language as tl
 
