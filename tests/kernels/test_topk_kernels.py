@@ -142,3 +142,19 @@ def test_the_first_use_self_check_sees_a_wrong_gate(monkeypatch):
     monkeypatch.setattr(topk_chunk, "_gate", without_dk)
     ok, why = top1.self_check.__wrapped__(key, torch.float32, "cpu")
     assert not ok and "dk" in why
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("score", ["max", "mean"])
+@pytest.mark.parametrize("grad", ["ste", "none"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_topk_kernels_on_gpu_at_large_shapes(score, grad, dtype):
+    """Compiled for the GPU at its tiles: k = 3 of 128-token chunks over 2,125 tokens, four query
+    heads on two key/value heads, with the STE gate and without."""
+    key = topk_key(score, k=3, chunk=128, heads=4, kv_groups=2, dk=64, dv=64, grad=grad)
+    inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
+                         dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    print(f"top-3 {score} {grad} D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One GPU round for the generated top-k chunk kernels and grouped-query heads (docs/kernels.md,
+# "Top-k chunk selection"), what the 2026-11-27 session left unmeasured, at most ~9 minutes:
+#   1. pytest -m gpu: the top-k kernels with the STE gate and grad = none, grouped and MoBA specs
+#      at T = 2125 against float64, decoding compiled (<= TEST_TIMEOUT, default 150 s)
+#   2. benchmarks/bench_topk.py, one run per case (MoBA k 3 of 128, k 8 of 64, NSA k 16 of 64 with
+#      fla's parallel_nsa), 8K / 32K / 64K, D 64 and 128, with --check (<= BENCH_BUDGET s each,
+#      default 100)
+#   3. seqdsl train itself, Transformer++ against MoBA at 2K and 8K (bench_train_command.py
+#      --no-bench; needs the corpus in DATA (default .gpudata/data) and TOKENIZER); TRAIN=0 skips it
+# Results (JSON, markdown, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
+#     bash benchmarks/topk_gpu_round.sh
+source "$(dirname "$0")/gpu_round_common.sh"
+install_packages "$out" || exit 1
+nvidia-smi --query-gpu=name --format=csv,noheader
+timeout "${TEST_TIMEOUT:-150}" "$py" -m pytest -q -s -p no:cacheprovider -m gpu tests/kernels/test_topk_kernels.py \
+    tests/kernels/test_top1_kernels.py -k "topk or (large_shapes and (moba or gqa))" > "$out/gpu_topk_tests.log" 2>&1
+echo "gpu tests rc=$?"
+grep -e "D=" -e FAILED -e ERROR -e "passed" -e "failed" "$out/gpu_topk_tests.log" | tail -n 12
+for case in moba_k3_c128 moba_k8_c64 nsa_k16_c64; do
+    budget="${BENCH_BUDGET:-100}"
+    timeout $((budget + 60)) "$py" benchmarks/bench_topk.py --cases "$case" --lengths 8192,32768,65536 --dims 64,128 \
+        --check --budget-s "$budget" --out "$out" > "$out/bench_topk_$case.log" 2>&1
+    echo "bench $case rc=$?"
+    grep -e "^| [0-9]" "$out"/bench_topk_*"$case"*.md 2>/dev/null
+done
+[ "${TRAIN:-1}" = 1 ] || exit 0
+for seq in 2048 8192; do
+    timeout 300 "$py" benchmarks/bench_train_command.py --data "${DATA:-.gpudata/data}" \
+        --tokenizer "${TOKENIZER:-.gpudata/tokenizer.json}" --no-bench --steps 16 --seq "$seq" \
+        --batch $((64 * 2048 / seq)) --micro-batch $((16 * 2048 / seq)) --eval-tokens 16384 \
+        --specs transformer,moba --out "$out/train_command_moba_$seq.json" > "$out/train_command_moba_$seq.log" 2>&1
+    echo "train seq $seq rc=$?"
+    grep -v -e Warn -e warn "$out/train_command_moba_$seq.log" | tail -n 3
+done
