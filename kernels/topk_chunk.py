@@ -13,11 +13,13 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
               attn_fwd  -> per key chunk: the pairs that selected it, partial (o, lse) per pair
               merge     -> the own chunk (local on) and the K partials, by log-sum-exp: o, lse
     backward  bwd_delta -> D = rowsum(dO * o)
+              gate_dq   -> (STE) the gate's dq through every candidate's score (float32)
+              gate_dk   -> (STE) the gate's dk per key chunk (float32), which attn_bwd adds to
+                           its own before storing dk once
               attn_bwd  -> per key chunk (and key/value head): dk, dv of its keys, dq of its own
                            queries (local on) and of each pair that selected it (float32, per pair)
-              [dq       -> the pairs' parts summed over the slots, plus the own chunk's, torch]
-              gate_dq   -> (STE) the gate's dq through every candidate's score (float32)
-              gate_dk   -> (STE) the gate's dk, added to attn_bwd's, per key chunk
+              [dq       -> the pairs' parts summed over the slots, plus the own chunk's and the
+                           gate's, torch]
 Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts; nothing
 is T x T or T x N.
 """
@@ -88,21 +90,24 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
     dq_pairs = torch.zeros(B * H, T * K, Dk, dtype=torch.float32, device=q.device)  # unused pairs stay 0
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
+    ste = selection(key).grad == "ste"
+    # STE: the gate's dk first (float32), which attn_bwd adds to its own before its one store
+    dq_gate, dk_gate = _gate(key, q, k, delta, saved) if ste else (None, None)
     getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
-        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs, dk, dv,
-        *launch.strides(q, k, v, do), T, H, n_chunks, BLOCK_M=block_m(key, cfg),
-        PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+        q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs,
+        *((dk_gate,) if ste else ()), dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
+        BLOCK_M=block_m(key, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
         dq = dq + dq_own
-    if selection(key).grad == "ste":
-        dq = dq + _gate(key, q, k, dk, delta, saved)
+    if ste:
+        dq = dq + dq_gate
     # q's layout, as the op's fake implementation promises (torch.compile traces with it)
     return dq.contiguous().to(q.dtype), dk, dv
 
 
-def _gate(key: KernelKey, q: Tensor, k: Tensor, dk: Tensor, delta: Tensor, saved: dict) -> Tensor:
-    """The STE gate's gradient: added into dk in place (gate_dk); dq's part returned, float32."""
+def _gate(key: KernelKey, q: Tensor, k: Tensor, delta: Tensor, saved: dict) -> tuple[Tensor, Tensor]:
+    """The STE gate's gradient (dq's part, dk's part), float32, with q's and k's strides."""
     mod = load(key)
     name = key.slug()
     B, T, H, Dk = q.shape
@@ -114,9 +119,10 @@ def _gate(key: KernelKey, q: Tensor, k: Tensor, dk: Tensor, delta: Tensor, saved
     dqg = torch.empty_like(q, dtype=torch.float32)  # q's strides (the kernel writes with them); every row written
     getattr(mod, f"{name}_gate_dq")[(B * H, triton_cdiv(T, bm))](
         q, k, *stats, dqg, *launch.strides(q, k, saved["kbar"]), T, H, BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    dkg = torch.empty_like(k, dtype=torch.float32)  # every key chunk's program writes its rows
     getattr(mod, f"{name}_gate_dk")[(B * k.shape[2], triton_cdiv(T, C))](  # per key/value head
-        q, k, *stats, dk, *launch.strides(q, k, saved["kbar"]), T, H, T // C, BLOCK_M=bm, **common)
-    return dqg
+        q, k, *stats, dkg, *launch.strides(q, k, saved["kbar"]), T, H, T // C, BLOCK_M=bm, **common)
+    return dqg, dkg
 
 
 def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:

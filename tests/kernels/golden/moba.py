@@ -169,7 +169,8 @@ def top3_chunk_6fcdda2b6361_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ, 
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
     """One program: key chunk c of one (batch, head). dq parts of the queries attending
     it (DQ: its own queries'; DQ_SEL: each pair that selected it), and dk, dv of its keys, each
-    written once. ds_ij = p_ij (dO_i . v_j - D_i), D_i = dO_i . o_i, p from the merged LSE."""
+    written once. ds_ij = p_ij (dO_i . v_j - D_i),
+    D_i = dO_i . o_i, p from the merged LSE."""
     bh = tl.program_id(0)
     b = bh // H
     h = bh % H
@@ -223,4 +224,5 @@ def top3_chunk_6fcdda2b6361_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ, 
         dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
         dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
-    tl.store(DK_OUT + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
+    rows_k = b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :]
+    tl.store(DK_OUT + rows_k, dk_acc * GRAD_SCALE, mask=cols[:, None] < T_K)
