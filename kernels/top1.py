@@ -1,4 +1,7 @@
-"""The entry points the planner calls for a Top-1 mixer whose key the Triton table admits.
+"""The entry points the planner calls for a selection mixer whose key the Triton table admits:
+Top-1 element and chunk selection (kernels/element.py, kernels/chunk.py) and top-k chunk
+selection, k > 1 (kernels/topk_chunk.py). The module keeps its Top-1 name (and `Top1Kernel`),
+which the Triton backend, the benchmarks and the tests import.
 
     bind(key) -> Top1Kernel         checks the key, registers its custom ops; call it as
                                     kernel(q, k, v) -> o (differentiable, torch.compile-safe:
