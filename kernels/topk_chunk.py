@@ -92,16 +92,16 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     ste = selection(key).grad == "ste"
     # STE: the gate's dk first (float32), which attn_bwd adds to its own before its one store
-    dq_gate, dk_gate = _gate(key, q, k, delta, saved) if ste else (None, None)
+    gate = _gate(key, q, k, delta, saved) if ste else None  # (dq's part, dk's part)
     getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs,
-        *((dk_gate,) if ste else ()), dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
+        *(() if gate is None else (gate[1],)), dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
         BLOCK_M=block_m(key, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
         dq = dq + dq_own
-    if ste:
-        dq = dq + dq_gate
+    if gate is not None:
+        dq = dq + gate[0]
     # q's layout, as the op's fake implementation promises (torch.compile traces with it)
     return dq.contiguous().to(q.dtype), dk, dv
 
