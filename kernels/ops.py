@@ -49,6 +49,35 @@ def _kbar(key: KernelKey, q: Tensor, k: Tensor) -> Tensor:
     return q.new_empty(1, 1, 1, 1, dtype=torch.float32)
 
 
+def _output_fake(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """Every inference op's fake: o (B, T, H, Dv)."""
+    return v.new_empty(*q.shape[:3], v.shape[-1])
+
+
+def _grads_fake(q: Tensor, k: Tensor, v: Tensor, *rest: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Every backward op's fake: (dq, dk, dv) shaped as q, k, v (the ops return them so)."""
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+
+
+def _register_autograd_from_output(train, bwd) -> None:
+    """The autograd of a chunk training op (o, *saved) = train(q, k, v) whose backward op takes
+    (q, k, v, o, dO, *saved): the saved outputs are non-differentiable."""
+
+    def setup_context(ctx, inputs, output):
+        o, *saved = output
+        ctx.save_for_backward(*inputs, o, *saved)
+        ctx.mark_non_differentiable(*saved)
+        ctx.set_materialize_grads(False)  # (module docstring)
+
+    def backward(ctx, do, *_):
+        if do is None:
+            return None, None, None
+        q, k, v, o, *saved = ctx.saved_tensors
+        return bwd(q, k, v, o, do, *saved)
+
+    train.register_autograd(backward, setup_context=setup_context)
+
+
 def _element_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     group = shared_kv_group(key)  # query heads per key/value head of k and v
@@ -57,9 +86,7 @@ def _element_ops(key: KernelKey) -> Ops:
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return element.forward(key, q, k, v, with_soft=False, kv_group=group)[0]
 
-    @infer.register_fake
-    def _(q, k, v):
-        return v.new_empty(*q.shape[:3], v.shape[-1])
+    infer.register_fake(_output_fake)
 
     ste = selection(key).grad == "ste"  # grad = none: the backward needs the arg-max alone
 
@@ -80,9 +107,7 @@ def _element_ops(key: KernelKey) -> Ops:
             o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return element.backward(key, q, k, v, do, idx, lse, o_soft)
 
-    @bwd.register_fake
-    def _(q, k, v, do, idx, lse, o_soft):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+    bwd.register_fake(_grads_fake)
 
     def setup_context(ctx, inputs, output):
         q, k, v = inputs
@@ -112,9 +137,7 @@ def _chunk_ops(key: KernelKey) -> Ops:
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return chunk.forward(key, q, k, v, with_stats=False)[0]
 
-    @infer.register_fake
-    def _(q, k, v):
-        return v.new_empty(*q.shape[:3], v.shape[-1])
+    infer.register_fake(_output_fake)
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
@@ -138,23 +161,8 @@ def _chunk_ops(key: KernelKey) -> Ops:
         saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, gw, lse, perm, starts, kbar)))
         return chunk.backward(key, q, k, v, o, do, saved)
 
-    @bwd.register_fake
-    def _(q, k, v, o, do, *saved):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-    def setup_context(ctx, inputs, output):
-        o, *saved = output
-        ctx.save_for_backward(*inputs, o, *saved)
-        ctx.mark_non_differentiable(*saved)
-        ctx.set_materialize_grads(False)  # (module docstring)
-
-    def backward(ctx, do, *_):
-        if do is None:
-            return None, None, None
-        q, k, v, o, *saved = ctx.saved_tensors
-        return bwd(q, k, v, o, do, *saved)
-
-    train.register_autograd(backward, setup_context=setup_context)
+    bwd.register_fake(_grads_fake)
+    _register_autograd_from_output(train, bwd)
     return Ops(infer, train)
 
 
@@ -171,9 +179,7 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return topk_chunk.forward(key, q, k, v)[0]
 
-    @infer.register_fake
-    def _(q, k, v):
-        return v.new_empty(*q.shape[:3], v.shape[-1])
+    infer.register_fake(_output_fake)
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
@@ -194,23 +200,8 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
         saved = dict(zip(_TOPK_SAVED, (lse, perm, starts, sel, lsec, gate, kbar)))
         return topk_chunk.backward(key, q, k, v, o, do, saved)
 
-    @bwd.register_fake
-    def _(q, k, v, o, do, *saved):
-        return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-
-    def setup_context(ctx, inputs, output):
-        o, *saved = output
-        ctx.save_for_backward(*inputs, o, *saved)
-        ctx.mark_non_differentiable(*saved)
-        ctx.set_materialize_grads(False)  # (module docstring)
-
-    def backward(ctx, do, *_):
-        if do is None:
-            return None, None, None
-        q, k, v, o, *saved = ctx.saved_tensors
-        return bwd(q, k, v, o, do, *saved)
-
-    train.register_autograd(backward, setup_context=setup_context)
+    bwd.register_fake(_grads_fake)
+    _register_autograd_from_output(train, bwd)
     return Ops(infer, train)
 
 
