@@ -88,8 +88,9 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     wall = time.perf_counter() - t0
     (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
-        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["?"]
-        return {"error": f"seqdsl train exited {proc.returncode}: {tail[0]}"}
+        lines = (proc.stderr or proc.stdout).strip().splitlines() or ["?"]
+        # the last line says what; the lines before it (a traceback for a crash) say where
+        return {"error": f"seqdsl train exited {proc.returncode}: {lines[-1]}", "log_tail": lines[-40:]}
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     train = [r for r in rows if r["kind"] == "train"]
     steady = train[len(train) // 4:]
