@@ -26,6 +26,7 @@ from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.key import chunk_size, selection, shared_kv_group
+from seqdsl.ir.support import attention_key
 from seqdsl.kernels import chunk, element, topk_chunk
 
 
@@ -171,8 +172,8 @@ _TOPK_SAVED = ("lse", "perm", "starts", "sel", "lsec", "gate", "kbar")
 
 def _topk_chunk_ops(key: KernelKey) -> Ops:
     slug = key.slug()
-    K = selection(key).k
-    C = chunk_size(selection(key))
+    K = selection(attention_key(key)).k  # the attended tiles' (seqdsl/ir/support.py)
+    C = chunk_size(selection(attention_key(key)))
     ste = selection(key).grad == "ste"
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())

@@ -20,6 +20,10 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
                            queries (local on) and of each pair that selected it (float32, per pair)
               [dq       -> the pairs' parts summed over the slots, plus the own chunk's and the
                            gate's, torch]
+Chunks longer than a tile (MoBA's 512 tokens; seqdsl/ir/support.py: `attention_key`): `select`
+(the chunks' own module) ranks whole chunks by their mean keys; the chosen chunks become their
+tiles of 128 and the own chunk's earlier tiles become selected tiles too [torch, `_tiles`]; the
+attention steps run the module of the tiles' key (chunk 128, k * S + S - 1 slots, S tiles a chunk).
 Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts; nothing
 is T x T or T x N.
 """
@@ -30,6 +34,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey, chunk_size, selection
+from seqdsl.ir.support import attention_key, chunk_split
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.chunk import block_m, kbar_for
@@ -46,22 +51,23 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
             with_stats: bool = False) -> tuple[Tensor, dict]:
     """(o, saved): o (B, Tq, H, Dv); q's first row sits at position q_offset of k and v
     (decoding: one row at L - 1); saved holds what the backward needs (lse, perm, starts, sel,
-    kbar, and with `with_stats` (training with the STE) lsec and gate; else those are empty)."""
-    mod = load(key)
-    name = key.slug()
+    kbar, and with `with_stats` (training with the STE) lsec and gate; else those are empty).
+    Chunks longer than a tile are chosen whole and attended as tiles (`attention_key`): sel,
+    perm and starts are then the tiles'."""
     B, Tq, H, Dk = q.shape
-    Tk, Dv = k.shape[1], v.shape[-1]
-    K = selection(key).k
-    n_chunks = triton_cdiv(Tk, chunk_size(selection(key)))
     cfg = launch.tuned("topk_chunk.fwd", launch.tiles(Dk, q.dtype, train=False))
-    bm = block_m(key, cfg)
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = kbar_for(key, k)
-    sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
-    lsec, gate = (torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device) for _ in range(2))
-    getattr(mod, f"{name}_select")[(B * H, triton_cdiv(Tq, bm))](
-        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, Tk, q_offset, H, WITH_STATS=with_stats,
-        BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    sel, lsec, gate = _select(key, q, k, kbar, q_offset, with_stats, cfg, common)
+    attend = attention_key(key)
+    if attend != key:
+        sel = _tiles(sel, chunk_split(selection(key)), chunk_size(selection(attend)), q_offset)
+    mod = load(attend)
+    name = attend.slug()
+    Tk, Dv = k.shape[1], v.shape[-1]
+    K = selection(attend).k
+    n_chunks = triton_cdiv(Tk, chunk_size(selection(attend)))
+    bm = block_m(attend, cfg)
     perm, starts = launch.bucket(sel.view(B * H, Tq * K), n_chunks)
     o_pairs = torch.empty(B * H, Tq * K, Dv, dtype=torch.float32, device=q.device)
     lse_pairs = torch.full((B * H, Tq * K), float("-inf"), dtype=torch.float32, device=q.device)
@@ -75,18 +81,51 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     return o, dict(lse=lse, perm=perm, starts=starts, sel=sel, lsec=lsec, gate=gate, kbar=kbar)
 
 
+def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, with_stats: bool, cfg: dict,
+            common: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """(sel, lsec, gate): the k chosen chunks of every query (B*H, Tq, k), and with `with_stats`
+    the candidates' log-sum-exp and the gate G (B*H, Tq), else empty."""
+    mod = load(key)
+    B, Tq, H, _ = q.shape
+    K = selection(key).k
+    bm = block_m(key, cfg)
+    sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
+    lsec, gate = (torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device) for _ in range(2))
+    getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(Tq, bm))](
+        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=with_stats,
+        BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    return sel, lsec, gate
+
+
+def _tiles(sel: Tensor, split: int, tile: int, q_offset: int) -> Tensor:
+    """The tiles a query attends, from the chunks it chose (sel (B*H, Tq, k), chunks of
+    split * tile keys, -1 empty): each chosen chunk's `split` tiles, then the tiles of its own
+    chunk before its own tile (-1 where there are fewer); (B*H, Tq, k * split + split - 1). The
+    own tile is the attention kernels' local tile."""
+    BH, Tq, _ = sel.shape
+    within = torch.arange(split, dtype=torch.int32, device=sel.device)
+    chosen = torch.where(sel[..., None] >= 0, sel[..., None] * split + within, -1).flatten(2)
+    pos = torch.arange(Tq, dtype=torch.int32, device=sel.device) + q_offset
+    own_tile = pos // tile
+    own_first = (pos // (split * tile)) * split
+    earlier = own_first[:, None] + within[: split - 1]
+    earlier = torch.where(earlier < own_tile[:, None], earlier, -1).to(torch.int32)
+    return torch.cat([chosen, earlier.expand(BH, Tq, split - 1)], dim=2).contiguous()
+
+
 def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, saved: dict):
     """(dq, dk, dv) of the attention over the selected chunks (and the own chunk), plus the STE
-    gate's (grad = ste)."""
-    mod = load(key)
-    name = key.slug()
+    gate's (grad = ste). The attention's part on the tiles the forward attended (`attention_key`)."""
+    attend = attention_key(key)
+    mod = load(attend)
+    name = attend.slug()
     B, T, H, Dk = q.shape
-    K = selection(key).k
-    n_chunks = triton_cdiv(T, chunk_size(selection(key)))
+    K = selection(attend).k
+    n_chunks = triton_cdiv(T, chunk_size(selection(attend)))
     do = do.contiguous()
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o)
     cfg = launch.tuned("topk_chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
-    local = selection(key).local
+    local = selection(attend).local
     dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
     dq_pairs = torch.zeros(B * H, T * K, Dk, dtype=torch.float32, device=q.device)  # unused pairs stay 0
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
@@ -96,7 +135,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     getattr(mod, f"{name}_attn_bwd")[(B * k.shape[2], n_chunks)](  # per key/value head
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs,
         *(() if gate is None else (gate[1],)), dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
-        BLOCK_M=block_m(key, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+        BLOCK_M=block_m(attend, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
     if local:
         dq = dq + dq_own

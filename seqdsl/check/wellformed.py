@@ -11,7 +11,7 @@ from __future__ import annotations
 from seqdsl.check.registry import Finding, MixerContext, rule
 from seqdsl.ir import nodes, support
 from seqdsl.ir.conflicts import conflicts
-from seqdsl.ir.key import Dense, dense_at, kernel_key
+from seqdsl.ir.key import Dense, dense_at, kernel_key, selection
 from seqdsl.ir.layout import LayoutError
 
 
@@ -84,20 +84,25 @@ def chunk_tiling(ctx: MixerContext):
     Why: the generated Triton kernels for chunk selection process a chunk as one tile whose
     size is a power of two from 16 to 128 (tl.arange needs a power of two; tensor-core tiles
     are multiples of 16; the backward holds a whole chunk's keys and gradients in one program).
-    Any other size is still correct, but runs on the PyTorch reference path, which
-    materialises T x T scores: slow and memory-hungry at long context. The rule reads the
-    generated kernels' support table (seqdsl/ir/support.py), as the planner does.
+    Top-k selection (k > 1) by mean keys without gradient through the choice (MoBA) splits
+    longer chunks, powers of two up to 1024, into such tiles. Any other size is still correct,
+    but runs on the PyTorch reference path, which materialises T x T scores: slow and
+    memory-hungry at long context. The rule reads the generated kernels' support table
+    (seqdsl/ir/support.py), as the planner does.
 
     Paper: the Top-1 chunk mixers use chunks of 128.
 
     Fix: a power of two from 16 to 128, e.g. `chunk(128)`."""
     sel = ctx.mixer.select
-    if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and support.chunk_tiling(sel.over.size) \
-            and _dense(ctx) is None:  # a chunk covering the context is planned as dense attention
+    key = _key(ctx)
+    if not (isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk) and key is not None):
+        return
+    why = support.chunk_tiling(selection(key))
+    if why and _dense(ctx) is None:  # a chunk covering the context is planned as dense attention
         yield Finding(
-            f"{support.chunk_tiling(sel.over.size)}; the reference (PyTorch) path is used",
+            f"{why}; the reference (PyTorch) path is used",
             ctx.span("select", "over", "size"), "speed: the reference path materialises T x T scores",
-            "a power of two from 16 to 128, e.g. 128")
+            "a power of two from 16 to 128, e.g. 128 (to 1024 for top-k by mean keys, `grad = none`)")
 
 
 @rule("W003", "no-fast-path", "W", "warning")

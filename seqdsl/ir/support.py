@@ -14,9 +14,10 @@ This module imports neither torch nor triton.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
-from seqdsl.ir.key import KernelKey, chunk_size
+from seqdsl.ir.key import KernelKey, SelectKey, chunk_size, selection
 
 
 @dataclass(frozen=True)
@@ -127,13 +128,42 @@ TRITON_MIN_CHUNK = 16  # a chunk is loaded as one tile: a power of two >= 16 (tl
 # ... and at most 128 rows: the chunk backward holds a chunk's keys, values and their two
 # float32 gradient accumulators in one program (4 x 128 x 128 values fill an H100 SM)
 TRITON_MAX_CHUNK = 128
+# Longer chunks (MoBA's 512-token blocks) where only the chunks' mean keys are read to choose
+# them (score = mean, the own chunk attended, no gradient through the choice): the selection
+# ranks whole chunks, and the attention takes each chosen chunk, and the own chunk's earlier
+# part, as tiles of TRITON_MAX_CHUNK rows (kernels/topk_chunk.py, `attention_key`).
+TRITON_MAX_SPLIT_CHUNK = 1024
+TRITON_MAX_TILES = 64  # tiles a query attends besides its own: the pair buffers hold T x this many
 
 
-def chunk_tiling(size: int) -> str:
-    """Why the generated kernels cannot tile chunks of `size` ("" when they can)."""
-    if size < TRITON_MIN_CHUNK or size > TRITON_MAX_CHUNK or not _pow2(size):
-        return (f"chunk({size}) is not a power of two in {TRITON_MIN_CHUNK}..{TRITON_MAX_CHUNK}: "
-                "the kernels load a chunk as one tile")
+def chunk_split(sel: SelectKey) -> int:
+    """Tiles of TRITON_MAX_CHUNK rows each chunk of `sel` is attended as (1: the chunk is one tile)."""
+    return max(1, chunk_size(sel) // TRITON_MAX_CHUNK)
+
+
+def attention_key(key: KernelKey) -> KernelKey:
+    """The key whose attention kernels attend `key`'s selection: `key` itself, or for chunks
+    split in tiles, chunk(TRITON_MAX_CHUNK) with a slot per chosen chunk's tile and per earlier
+    tile of the own chunk (k * S + S - 1 for S tiles a chunk), the own tile attended causally."""
+    sel = selection(key)
+    split = chunk_split(sel)
+    if split == 1:
+        return key
+    return dataclasses.replace(key, select=dataclasses.replace(sel, chunk=TRITON_MAX_CHUNK, k=sel.k * split + split - 1))
+
+
+def chunk_tiling(sel: SelectKey) -> str:
+    """Why the generated kernels cannot tile the chunks of `sel` ("" when they can)."""
+    size = chunk_size(sel)
+    if size < TRITON_MIN_CHUNK or size > TRITON_MAX_SPLIT_CHUNK or not _pow2(size):
+        return (f"chunk({size}) is not a power of two in {TRITON_MIN_CHUNK}..{TRITON_MAX_SPLIT_CHUNK}: "
+                "the kernels load a chunk in whole tiles")
+    if size > TRITON_MAX_CHUNK and not (sel.k > 1 and sel.score == "mean" and sel.local and sel.grad == "none"):
+        return (f"chunk({size}) is longer than one tile ({TRITON_MAX_CHUNK}): the generated kernels split "
+                f"longer chunks only for top-k (k > 1) with score = mean, the own chunk and grad = none")
+    if chunk_split(sel) > 1 and sel.k * chunk_split(sel) + chunk_split(sel) - 1 > TRITON_MAX_TILES:
+        return (f"top-{sel.k} of chunk({size}): {sel.k * chunk_split(sel)} tiles of {TRITON_MAX_CHUNK} per "
+                f"query, more than the {TRITON_MAX_TILES} the generated kernels attend")
     return ""
 
 
@@ -178,9 +208,10 @@ def triton(key: KernelKey) -> Support:
                              "(reference only; element selection runs a window and its sink tokens)",
                    ("visibility",), "`visibility = full`, or `over = element` with a window")
     if sel.over == "chunk":
-        if chunk_tiling(chunk_size(sel)):
-            return _no("triton", chunk_tiling(chunk_size(sel)), ("select", "over", "size"),
-                       "a power of two from 16 to 128, e.g. 128", tiling=True)
+        if chunk_tiling(sel):
+            return _no("triton", chunk_tiling(sel), ("select", "over", "size"),
+                       "a power of two from 16 to 128, e.g. 128 (to 1024 for top-k by mean keys without "
+                       "gradient)", tiling=True)
         if sel.score == "lse":
             return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),
                        "`score = max` (Exact) or `score = mean` (Approx)")

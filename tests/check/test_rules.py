@@ -141,6 +141,15 @@ def test_mean_over_chunks_of_one_key_is_exact():
     assert "R003" not in codes(report) and report.verdict == "pass"
 
 
+def test_long_chunks_warn_only_where_the_kernels_cannot_split_them():
+    """MoBA's 512-token chunks (110m at 8K): top-k by mean keys without gradient is split in
+    tiles by the generated kernels, so W002 is silent; with the STE it runs on the reference."""
+    moba = "    select = top(3, over=chunk(512), score=mean, grad=none)"
+    assert "W002" not in codes(check(moba, context=8192))
+    ste = only(check("    select = top(3, over=chunk(512), score=mean)", context=8192), "W002")
+    assert "longer than one tile" in ste.message and "reference (PyTorch) path" in ste.message
+
+
 def test_temperature_grades():
     assert check("    weights = softmax(temperature=0.25)").verdict == "pass"
     assert check("    weights = softmax(temperature=1.0)").verdict == "pass"

@@ -34,6 +34,9 @@ def _keys():
     for base in ("top1_chunk_exact", "top1_chunk_approx"):
         yield base, variant(base, dk=16, dv=32, chunk=16), 2, 0
         yield f"{base}_no_local_no_grad", variant(base, dk=16, dv=32, chunk=16, local=False, grad="none"), 2, 0
+        # MoBA's 512-token chunks: chosen whole (the select kernel's CHUNK is 512), attended in tiles
+        if base == "top1_chunk_approx":
+            yield "moba_chunk_512", variant(base, dk=16, dv=32, chunk=512, k=3, grad="none"), 2, 0
         for grad in ("none", "ste"):
             for local in (True, False):
                 yield (f"{base}_top3_{grad}_{'local' if local else 'no_local'}",

@@ -154,5 +154,58 @@ def test_topk_kernels_on_gpu_at_large_shapes(score, grad, dtype):
     inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
                          dtype=dtype)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
-    print(f"top-3 {score} {grad} D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    print(f"top-3 of 128 {score} {grad} D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
+
+
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([2, 3]), split=st.sampled_from([2, 4]),
+       length=st.sampled_from(["short", "k+1", "odd", "many"]), groups=st.sampled_from([(2, 2), (4, 2)]))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=31), k=2, split=4, length="many", groups=(4, 2))
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=32), k=3, split=2, length="odd", groups=(2, 2))
+def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, split, length, groups):
+    """MoBA's chunks longer than a tile (512 tokens at 8K): the selection ranks whole chunks by
+    their mean key, the attention kernels take each chosen chunk's tiles and the own chunk's
+    earlier tiles. Tiles of 16 here (the GPU's are 128), chunks of 32 or 64, against the
+    reference of the whole-chunk selection."""
+    from seqdsl.ir import support as table
+
+    monkeypatch.setattr(table, "TRITON_MAX_CHUNK", 16)
+    chunk = 16 * split
+    T = {"short": chunk - 3, "k+1": (k + 1) * chunk + 1, "odd": (k + 2) * chunk - 5, "many": (k + 3) * chunk + 7}[length]
+    H, HK = groups
+    # temperature 1.25: a key no other test binds (the ops of a key are registered once per process)
+    key = dataclasses.replace(topk_key("mean", k=k, chunk=chunk, heads=H, kv_groups=HK), temperature=1.25)
+    assert table.chunk_split(key.select) == split
+    assert table.attention_key(key).select.k == k * split + split - 1
+    if kind["data"] == "grid":
+        key = dataclasses.replace(key, scale=0.25)
+    assert_matches(key, make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind))
+
+
+def test_long_chunks_are_split_only_where_the_choice_reads_mean_keys_alone():
+    """Chunks past one tile: top-k by mean keys, own chunk on, no gradient through the choice
+    (the selection then reads only the means); any other such selection keeps the reference
+    with the reason, and so does a split past the attended-tile limit."""
+    ok = topk_key("mean", k=3, chunk=512)
+    assert support.triton(ok).op == "triton.topk_chunk"
+    assert support.attention_key(ok).select.chunk == 128 and support.attention_key(ok).select.k == 3 * 4 + 3
+    for changed in (dict(score="max"), dict(local=False), dict(grad="ste"), dict(k=1)):
+        refused = dataclasses.replace(ok, select=dataclasses.replace(ok.select, **changed))
+        assert "longer than one tile" in support.triton(refused).reason, changed
+    assert "not a power of two" in support.triton(topk_key("mean", k=3, chunk=2048)).reason
+    assert "tiles of 128" in support.triton(topk_key("mean", k=16, chunk=1024)).reason
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_long_chunks_on_gpu_at_large_shapes(dtype):
+    """MoBA at 8K: k = 3 of 512-token chunks (attended as 128-token tiles) over 2,637 tokens, four
+    query heads on two key/value heads."""
+    key = topk_key("mean", k=3, chunk=512, heads=4, kv_groups=2, dk=64, dv=64)
+    inputs = make_inputs(1, 5 * 512 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
+                         dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    print(f"top-3 of 512 mean none D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
