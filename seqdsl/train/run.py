@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -157,6 +158,7 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
     # copied without blocking: the step never waits for packing (its wait is logged as data_wait_s)
     rows = run.micro * run.accum
     ahead = Prefetcher(stream, config.batch, slice(d.rank * rows, (d.rank + 1) * rows), run.device)
+    step = position.start
     try:
         for step in range(position.start, run.steps):
             t0 = time.perf_counter()
@@ -169,10 +171,29 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
                 _evaluate(run, done, position.tokens)
             if last or _due(config.checkpoint_every, done):
                 _save(run, position, done, clock.elapsed(position))  # every process calls; process 0 writes
+    except torch.OutOfMemoryError as err:
+        raise _out_of_memory(run, step, err) from None
     finally:
         ahead.close()
     run.progress.close()
     return run.steps
+
+
+def _out_of_memory(run: _Run, step: int, err: torch.OutOfMemoryError) -> SeqError:
+    """The one message for a step (or an evaluation) that ran out of device memory: the shape
+    that did, the layers that run the O(T^2) reference there (the usual reason at long
+    context), what to change; the checkpoints written so far stay as they were."""
+    asked = re.search(r"Tried to allocate [\d.]+ \w+", str(err))
+    tried = f" (t{asked.group(0)[1:]})" if asked else ""
+    reference = path_lines([row for row in run.lm.describe_paths(run.device) if row[2].startswith("reference")])
+    where = f"; on the PyTorch reference, which holds T x T scores: {'; '.join(' '.join(line.split()) for line in reference)}" \
+        if reference else ""
+    kept = f"the checkpoints in {run.ckpt_root} are intact (continue with --resume)" \
+        if checkpoint.latest_name(run.ckpt_root) is not None else "no checkpoint had been written"
+    return SeqError(f"{run.device.type} out of memory at step {step + 1} with micro batches of {run.micro} x "
+                    f"{run.seq_len} tokens{tried}{where}",
+                    hint=f"lower `micro_batch` (the batch stays {run.config.batch}: more accumulation steps) or "
+                         f"the context; {kept}")
 
 
 def _due(every: int, done: int) -> bool:

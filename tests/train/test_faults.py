@@ -105,3 +105,29 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     # the kept checkpoint is good: the run resumes from it (the patched forward is gone)
     monkeypatch.setattr(step_module.CausalLoss, "forward", real)
     assert main(args + ["--resume"]) == 0
+
+
+def test_out_of_memory_is_one_message_naming_the_shape_and_keeps_the_checkpoints(tmp_path, capsys, monkeypatch):
+    """A step that runs out of device memory (MoBA at 8K fell to the O(T^2) reference on an
+    H200 on 2026-11-27 and died with a traceback): one message with the micro batch's shape and
+    what to change; the checkpoint before it stays the latest, and the run resumes from it."""
+    real = step_module.CausalLoss.forward
+    calls = {"n": 0}
+
+    def out_of_memory_at_step_5(self, inputs, targets):
+        calls["n"] += 1
+        if calls["n"] == 5:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total "
+                                         "capacity of 139.80 GiB of which 9.91 GiB is free.")
+        return real(self, inputs, targets)
+
+    monkeypatch.setattr(step_module.CausalLoss, "forward", out_of_memory_at_step_5)
+    run = tmp_path / "run"
+    args = micro_run_args(tmp_path, steps=8) + ["--out", str(run)]
+    assert main(args) == 2
+    err = _one_message(capsys)
+    assert "cpu out of memory at step 5 with micro batches of 4 x 16 tokens (tried to allocate 12.00 GiB)" in err
+    assert "lower `micro_batch`" in err and "intact (continue with --resume)" in err
+    assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
+    monkeypatch.setattr(step_module.CausalLoss, "forward", real)
+    assert main(args + ["--resume"]) == 0
