@@ -250,6 +250,16 @@ MUTANTS = (
     Mutant('topk_gate_ignores_the_selection', "top-k chunk STE (Approx): dq's gate term as if no chunk were selected",
            'codegen/templates/topk_chunk.py.jinja', '(picked - g[:, None])', '(0.0 - g[:, None])',
            tests=('tests/kernels/test_topk_kernels.py',)),
+    Mutant('topk_long_chunk_own_tiles_dropped', "top-k over chunks longer than a tile: the own chunk's last earlier "
+           "tile is not attended", 'kernels/topk_chunk.py', 'torch.where(earlier < own_tile[:, None], earlier, -1)',
+           'torch.where(earlier < own_tile[:, None] - 1, earlier, -1)', tests=('tests/kernels/test_topk_kernels.py',)),
+    Mutant('gqa_loop_variable_named_g', "the grouped-query loop's variable is `g` again, which the STE gate rebinds "
+           "(the interpreter runs it; Triton's compiler refuses it)", 'codegen/templates/common.jinja',
+           'for member in range(GROUP):', 'for g in range(GROUP):  # member = g\n        member = g',
+           tests=('tests/kernels/test_compile_for_gpu.py',)),
+    Mutant('out_of_memory_traceback', "running out of device memory mid-run is a traceback again",
+           'seqdsl/train/run.py', '    except torch.OutOfMemoryError as err:\n        raise _out_of_memory(run, step, err) from None\n',
+           '', tests=('tests/train/test_faults.py',)),
     Mutant('selfcheck_time_uncounted', "first-use self-checks' time left out of the first-step record",
            'seqdsl/lower/verdicts.py', '        _SPENT.seconds += time.perf_counter() - t0\n', '',
            tests=('tests/lower/test_selfcheck_cache.py',)),
