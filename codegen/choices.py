@@ -71,6 +71,9 @@ def plan(key: KernelKey) -> KernelPlan:
         "window": sliding_window(key) or 0, "sink": key.sink,
         "kv_group": shared_kv_group(key),  # query heads per key/value head, read in place
     }
+    if sel.over == "element" and sel.k > 1:  # grad = none only (support.triton)
+        holes.update(topk=sel.k, kslots=max(16, 1 << (sel.k - 1).bit_length()))
+        return KernelPlan("topk_element.py.jinja", tuple(holes.items()))
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
         return KernelPlan("element.py.jinja", tuple(holes.items()))

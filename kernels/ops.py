@@ -27,7 +27,7 @@ from torch import Tensor
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.key import chunk_size, selection, shared_kv_group
 from seqdsl.ir.support import attention_key
-from seqdsl.kernels import chunk, element, topk_chunk
+from seqdsl.kernels import chunk, element, topk_chunk, topk_element
 
 
 @dataclass(frozen=True)
@@ -206,10 +206,38 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     return Ops(infer, train)
 
 
+def _topk_element_ops(key: KernelKey) -> Ops:
+    slug = key.slug()
+    K = selection(key).k
+
+    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+        return topk_element.forward(key, q, k, v)[0]
+
+    infer.register_fake(_output_fake)
+
+    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        return topk_element.forward(key, q, k, v)
+
+    @train.register_fake
+    def _(q, k, v):
+        B, T, H, _ = q.shape
+        return v.new_empty(B, T, H, v.shape[-1]), q.new_empty(B * H, T, K, dtype=torch.int32)
+
+    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return topk_element.backward(key, q, k, v, do, idx)
+
+    bwd.register_fake(_grads_fake)
+    _register_autograd_from_output(train, bwd)
+    return Ops(infer, train)
+
+
 @functools.lru_cache(maxsize=None)
 def ops_for(key: KernelKey) -> Ops:
     """The custom ops of `key`, registered once per process."""
     sel = selection(key)
     if sel.over == "element":
-        return _element_ops(key)
+        return _element_ops(key) if sel.k == 1 else _topk_element_ops(key)
     return _chunk_ops(key) if sel.k == 1 else _topk_chunk_ops(key)

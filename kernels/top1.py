@@ -98,7 +98,7 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
     """(B, 1, H, Dv) for the query at position L - 1 (no gradient: generation). The cache k, v
     holds one head per H / kv_groups query heads (the key's grouping: a grouped-query cache as
     stored, read in place, query head h reading head h // (H / kv_groups)) or one per query head."""
-    from seqdsl.kernels import chunk, element, topk_chunk
+    from seqdsl.kernels import chunk, element, topk_chunk, topk_element
 
     _checked(key)
     q, k, v = _prepare(q, k, v)
@@ -115,7 +115,8 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
             if kv_group != group:  # a cache repeated per query head, or grouped where the key is not
                 k, v = ((k[:, :, ::group], v[:, :, ::group]) if kv_group == 1
                         else (attn_ref.repeat_heads(k, H), attn_ref.repeat_heads(v, H)))
-            return topk_chunk.decode(key, q, k.contiguous(), v.contiguous())
+            top_k = topk_element if selection(key).over == "element" else topk_chunk
+            return top_k.decode(key, q, k.contiguous(), v.contiguous())
         if selection(key).over == "element":
             return element.forward(key, q, k, v, with_soft=False, q_offset=k.shape[1] - 1, kv_group=kv_group)[0]
         return chunk.decode(key, q, k, v, kv_group)
@@ -153,7 +154,7 @@ def check_length(key: KernelKey) -> int:
     if window is not None:
         return key.sink + window + 2 * 128 + 5
     if sel.over == "element":
-        return 77
+        return max(77, 2 * sel.k + 13)  # more visible keys than k for most queries
     return (2 if sel.k == 1 else sel.k + 2) * chunk_size(sel) + 5
 
 

@@ -168,20 +168,31 @@ def chunk_tiling(sel: SelectKey) -> str:
 
 
 TRITON_TOPK_MAX = 16  # chunks a query may select on the generated top-k kernels (NSA's 16)
+TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k element kernels
 
 
 def triton(key: KernelKey) -> Support:
-    """The generated selection kernels: element selection with k = 1; chunk selection with
-    1 <= k <= 16, with the STE gate or without a gradient through the choice."""
+    """The generated selection kernels: element selection with k = 1 (STE or none, a window and
+    its sinks), element selection with 2 <= k <= 64 without gradient through the choice over all
+    earlier keys; chunk selection with 1 <= k <= 16, with the STE gate or without."""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
                    "`select = top(1)` or `top(1, over=chunk(128))`")
     if sel.k != 1 and sel.over == "element":
-        return _no("triton", f"top-{sel.k} element selection: the generated element kernels select one key (k = 1); "
-                             "top-k chunks are generated", ("select", "k"),
-                   "`top(1)`, or top-k over chunks, e.g. `top(3, over=chunk(128), grad=none)`")
-    if sel.k > TRITON_TOPK_MAX:
+        if sel.k > TRITON_TOPK_ELEMENT_MAX:
+            return _no("triton", f"top-{sel.k} element selection: the generated kernels keep at most "
+                                 f"{TRITON_TOPK_ELEMENT_MAX} keys per query (a sorted list in registers)",
+                       ("select", "k"), f"`k` of at most {TRITON_TOPK_ELEMENT_MAX}")
+        if sel.grad != "none":
+            return _no("triton", f"top-{sel.k} element selection with the STE: the generated top-k element "
+                                 "kernels take no gradient through the choice (grad = none, as DeepSeek's sparse "
+                                 "attention trains); top(1) has the STE", ("select", "grad"), "`grad = none`")
+        if key.visibility != "full":
+            return _no("triton", f"top-{sel.k} element selection under `visibility = {key.visibility}`: the "
+                                 "generated top-k element kernels select among all earlier keys (top(1) takes a "
+                                 "window and its sinks)", ("visibility",), "`visibility = full`")
+    elif sel.k > TRITON_TOPK_MAX:
         return _no("triton", f"top-{sel.k}: the generated chunk kernels keep at most {TRITON_TOPK_MAX} chunks "
                              "per query (a running list in registers)", ("select", "k"), f"`k` of at most {TRITON_TOPK_MAX}")
     if key.feature != "identity":
@@ -215,7 +226,7 @@ def triton(key: KernelKey) -> Support:
         if sel.score == "lse":
             return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),
                        "`score = max` (Exact) or `score = mean` (Approx)")
-    return Support("triton", f"triton.top1_{sel.over}" if sel.k == 1 else "triton.topk_chunk")
+    return Support("triton", f"triton.top{1 if sel.k == 1 else 'k'}_{sel.over}")
 
 
 # --- mamba-ssm (docs/mamba.md) ------------------------------------------------------------------------

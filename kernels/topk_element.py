@@ -1,0 +1,81 @@
+"""Top-k element selection, k > 1, grad = none, on the generated kernels
+(codegen/templates/topk_element.py.jinja): forward, decode and backward.
+
+Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key);
+o, dO (B, T, H, Dv); K = the key's k; idx (B*H, T, K) int32, each query's chosen keys, best first
+(-1: an empty slot, when fewer than k keys are visible).
+
+Steps (kernels of the module `seqdsl.codegen.render(key)` produced):
+    forward   select    -> idx: every visible key ranked (score, then lowest index), the k best
+                           kept by merging sorted tiles (tensor-core q . k, no T x T in memory)
+              attn_fwd  -> o: each query's k keys and values gathered, softmax in float32
+    backward  attn_bwd  -> dq (float32, written), dk and dv (float32, atomic sums over queries
+                           and a group's heads), cast to the inputs' dtype here
+Memory beyond the inputs: idx, O(T k); the backward's float32 dk, dv, dq.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from seqdsl.ir.key import KernelKey, selection
+from seqdsl.kernels import launch
+from seqdsl.kernels.cache import load
+from seqdsl.kernels.element import triton_cdiv
+
+
+def slots(key: KernelKey) -> int:
+    """The running list's width: a power of two >= max(k, 16) (codegen/choices.py's `kslots`)."""
+    return max(16, 1 << (selection(key).k - 1).bit_length())
+
+
+def _select_rows() -> int:
+    """Queries per select program: its tl.dot takes at least 16 rows; the sorted list of twice
+    KSLOTS int64 per row bounds it on the GPU."""
+    return 16 if launch.interpreted() else 32
+
+
+def _gather_rows(key: KernelKey, q: Tensor, v: Tensor) -> int:
+    """Queries per attention program: its gathered (rows, KSLOTS, D) float32 tiles stay within
+    8,192 values (a power of two, at least 2)."""
+    wide = max(q.shape[-1], v.shape[-1]) * slots(key)
+    return max(2, 1 << max(0, (8192 // wide).bit_length() - 1))
+
+
+def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 0) -> tuple[Tensor, Tensor]:
+    """(o, idx): o (B, Tq, H, Dv); q's first row sits at position q_offset of k and v (decoding:
+    one row at L - 1)."""
+    mod = load(key)
+    name = key.slug()
+    B, Tq, H, _ = q.shape
+    prec = launch.precision(q.dtype)
+    idx = torch.empty(B * H, Tq, selection(key).k, dtype=torch.int32, device=q.device)
+    bm = _select_rows()
+    getattr(mod, f"{name}_select")[(B * H, triton_cdiv(Tq, bm))](
+        q, k, idx, *launch.strides(q, k), Tq, k.shape[1], q_offset, H, BLOCK_M=bm, PREC=prec)
+    o = torch.empty(B, Tq, H, v.shape[-1], dtype=v.dtype, device=v.device)
+    bm = _gather_rows(key, q, v)
+    getattr(mod, f"{name}_attn_fwd")[(B * H, triton_cdiv(Tq, bm))](
+        q, k, v, idx, o, *launch.strides(q, k, v, o), Tq, H, BLOCK_M=bm)
+    return o, idx
+
+
+def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) of the softmax over each query's chosen keys (the choice has no gradient)."""
+    mod = load(key)
+    B, T, H, _ = q.shape
+    do = do.contiguous()
+    dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # q's (contiguous) strides; every row written
+    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
+    dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    bm = _gather_rows(key, q, v)
+    getattr(mod, f"{key.slug()}_attn_bwd")[(B * H, triton_cdiv(T, bm))](
+        q, k, v, idx, do, dq, dk, dv, *launch.strides(q, k, v, do, dk, dv), T, H, BLOCK_M=bm)
+    return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
+
+
+def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
+    """(B, 1, H, Dv): the newest query (position L - 1) against the cache k, v (B, L, H / G, *)."""
+    with torch.no_grad():
+        return forward(key, q, k, v, q_offset=k.shape[1] - 1)[0]

@@ -1,0 +1,88 @@
+"""The generated top-k element kernels (k > 1, grad = none; kernels/topk_element.py) against the
+float64 reference (seqdsl/reference/top1.py: `topk_element_ref`): outputs and dq, dk, dv under the
+interpreter on CPU, decoding, the ops' fake implementations, and on a GPU at larger shapes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+from hypothesis import example, given
+from hypothesis import strategies as st
+
+from seqdsl.ir import support
+from seqdsl.kernels import top1
+from tests.kernels.keys import variant
+from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
+
+
+def element_key(k: int, *, heads: int = 2, kv_groups: int = 2, dk: int = 16, dv: int = 16, scale: float | None = None):
+    key = variant("top1_element", dk=dk, dv=dv, k=k, grad="none", scale=scale)
+    return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
+
+
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([2, 3, 16, 17, 64]), T=st.sampled_from([1, 5, 33, 70]),
+       groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]))
+# ties between keys (duplicated keys on the grid: the lower index is chosen, as the reference's
+# stable sort), fewer visible keys than k (all attended), k past one 16-key tile, k = 64
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=41), k=3, T=70, groups=(4, 2), dims=(16, 16))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=42), k=17, T=70, groups=(2, 2), dims=(16, 16))
+@example(kind=dict(data="float", magnitude=30.0, duplicate=False, seed=43), k=64, T=70, groups=(3, 1), dims=(32, 64))
+@example(kind=dict(data="float", magnitude=1e-3, duplicate=False, seed=44), k=2, T=33, groups=(2, 2), dims=(16, 16))
+def test_topk_element_kernels_match_reference(kind, k, T, groups, dims):
+    H, HK = groups
+    key = element_key(k, heads=H, kv_groups=HK, dk=dims[0], dv=dims[1], scale=0.25 if kind["data"] == "grid" else None)
+    assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_topk_element_decode_matches_last_row_of_the_full_forward(device):
+    """One query at position L - 1 against the cache, four query heads on two key/value heads
+    read in place (a cache repeated per query head gives the same answer)."""
+    key = element_key(5, heads=4, kv_groups=2, scale=0.25)
+    for L in (1, 4, 6, 40):
+        q, k, v, _ = make_inputs(1, L, 4, 16, 16, kv_heads=2, data="grid", magnitude=1.0, seed=L, duplicate=True)
+        want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
+        q, k, v = (t.to(device) for t in (q, k, v))
+        got = top1.decode(key, q[:, -1:], k, v)
+        assert ((got.double().cpu() - want).norm() / want.norm()).item() < 1e-6, L
+        repeated = top1.decode(key, q[:, -1:], k.repeat_interleave(2, dim=2), v.repeat_interleave(2, dim=2))
+        assert torch.equal(got, repeated), L
+
+
+def test_support_table_admits_top_k_elements_without_gradient_up_to_64():
+    assert support.triton(element_key(2)).op == "triton.topk_element"
+    assert support.triton(element_key(64)).op == "triton.topk_element"
+    assert "at most 64" in support.triton(element_key(65)).reason
+    ste = variant("top1_element", dk=16, dv=16, k=4, grad="ste")
+    assert "grad = none" in support.triton(ste).fix and not support.triton(ste).ok
+    window = dataclasses.replace(element_key(4), visibility="window", window=8)
+    assert "visibility = window" in support.triton(window).reason
+
+
+def test_the_top_k_element_ops_pass_opcheck():
+    """torch.compile traces the custom ops with their fake implementations."""
+    key = element_key(6, heads=4, kv_groups=2, dk=16, dv=32)
+    ops = top1.bind(key).ops
+    q, k, v, do = make_inputs(1, 40, 4, 16, 32, kv_heads=2, data="float", magnitude=1.0, seed=2, duplicate=False)
+    slug = key.slug()
+    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default, tuple(t.requires_grad_() for t in (q, k, v)))
+    o, idx = ops.train(q, k, v)
+    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_bwd").default,
+                          tuple(t.detach() for t in (q, k, v, o, do, idx)))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("k", [16, 64])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_topk_element_kernels_on_gpu_at_large_shapes(k, dtype):
+    """Compiled for the GPU at its tiles: k of 2,125 keys, four query heads on two key/value heads."""
+    key = element_key(k, heads=4, kv_groups=2, dk=64, dv=64)
+    inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
+                         dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    print(f"top-{k} element D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
