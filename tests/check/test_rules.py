@@ -273,13 +273,18 @@ def test_checker_is_total_on_valid_specs(text):
 
 def test_no_fast_path_points_at_what_rules_the_backend_out():
     """W003 used to point at `head_dim = 64` and suggest `head_dim = 64` whatever the cause; for
-    top-2 element selection the cause is k, and the fix is k = 1 (or top-k over chunks); top-2
-    chunks are generated, with the STE gate or without; top-17 chunks are not."""
+    top-2 element selection with the (default) STE the cause is the gradient, and the fix is
+    `grad = none`; top-k elements up to 64 are generated without it, top-65 is not; top-2 chunks
+    are generated, with the STE gate or without; top-17 chunks are not."""
     report = check("    head_dim = 64\n    select = top(2)")
     d = only(report, "W003")
-    assert "top-2" in d.message
-    assert (d.span.line, d.span.column, d.span.end_column) == (3, 18, 19)  # the `2` of top(2)
-    assert d.fix.startswith("`top(1)`") and "head_dim" not in d.fix
+    assert "top-2 element selection with the STE" in d.message
+    assert (d.span.line, d.span.column) == (3, 5)  # `grad` is not written: the select
+    assert d.fix == "`grad = none`" and "head_dim" not in d.fix
+    assert "W003" not in codes(check("    head_dim = 64\n    select = top(2, grad=none)"))
+    d = only(check("    head_dim = 64\n    select = top(65, grad=none)"), "W003")
+    assert (d.span.line, d.span.column, d.span.end_column) == (3, 18, 20)  # the `65` of top(65)
+    assert "at most 64" in d.message and d.fix == "`k` of at most 64"
     assert "W003" not in codes(check("    select = top(2, over=chunk(128))"))
     assert "W003" not in codes(check("    select = top(2, over=chunk(128), grad=none)"))
     d = only(check("    select = top(17, over=chunk(64))"), "W003")

@@ -34,6 +34,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "top1_chunk_exact_gqa": ("pass", set()),
     "top1_chunk_exact_no_local": ("pass", set()),
     "top1_chunk_exact_no_grad": ("pass", {"R004"}),  # info: q, k learn inside the chunks
+    "topk_element_64": ("pass", {"R004"}),  # info: q, k learn inside the chosen keys
     "rwkv7_top1_chunk_exact": ("pass", {"M002"}),  # info: the paper's transplant
     # degraded: a weakened pillar
     "top1_chunk_approx": ("degraded", {"R003"}),

@@ -24,7 +24,7 @@ from tests.kernels.keys import SPECS, spec_key, variant
 
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_SPECS = ("top1_element", "top1_element_no_grad", "top1_chunk_exact", "top1_chunk_approx",
-                "top1_chunk_exact_no_local", "top1_chunk_exact_no_grad", "moba")
+                "top1_chunk_exact_no_local", "top1_chunk_exact_no_grad", "moba", "topk_element_64")
 
 
 @pytest.mark.parametrize("spec", GOLDEN_SPECS)
@@ -43,7 +43,9 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     tree = ast.parse(codegen.render(key).source)
     kernels = {node.name.removeprefix(key.slug() + "_") for node in tree.body if isinstance(node, ast.FunctionDef)}
     sel = key.select
-    if sel.over == "element":
+    if sel.over == "element" and sel.k > 1:  # top-k elements (grad = none); gather and softmax are helpers
+        expected = {"select", "gather", "softmax", "attn_fwd", "attn_bwd"}
+    elif sel.over == "element":
         expected = {"fwd"} | ({"bwd_delta", "bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
         expected |= {"value_grad"} if sel.grad == "none" or sel.value_grad == "hard" else set()
     elif sel.k > 1:  # top-k chunks: decoding runs the forward's kernels with one query

@@ -23,12 +23,12 @@ def element_key(k: int, *, heads: int = 2, kv_groups: int = 2, dk: int = 16, dv:
 
 
 @FAST
-@given(kind=data_kinds, k=st.sampled_from([2, 3, 16, 17, 64]), T=st.sampled_from([1, 5, 33, 70]),
-       groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]))
+@given(kind=data_kinds, k=st.sampled_from([2, 3, 16, 17]), T=st.sampled_from([1, 5, 33, 40]),
+       groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 16)]))
 # ties between keys (duplicated keys on the grid: the lower index is chosen, as the reference's
 # stable sort), fewer visible keys than k (all attended), k past one 16-key tile, k = 64
-@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=41), k=3, T=70, groups=(4, 2), dims=(16, 16))
-@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=42), k=17, T=70, groups=(2, 2), dims=(16, 16))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=41), k=3, T=40, groups=(4, 2), dims=(16, 16))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=42), k=17, T=40, groups=(2, 2), dims=(16, 16))
 @example(kind=dict(data="float", magnitude=30.0, duplicate=False, seed=43), k=64, T=70, groups=(3, 1), dims=(32, 64))
 @example(kind=dict(data="float", magnitude=1e-3, duplicate=False, seed=44), k=2, T=33, groups=(2, 2), dims=(16, 16))
 def test_topk_element_kernels_match_reference(kind, k, T, groups, dims):
@@ -64,9 +64,9 @@ def test_support_table_admits_top_k_elements_without_gradient_up_to_64():
 
 def test_the_top_k_element_ops_pass_opcheck():
     """torch.compile traces the custom ops with their fake implementations."""
-    key = element_key(6, heads=4, kv_groups=2, dk=16, dv=32)
+    key = element_key(6, heads=2, kv_groups=1, dk=16, dv=32)
     ops = top1.bind(key).ops
-    q, k, v, do = make_inputs(1, 40, 4, 16, 32, kv_heads=2, data="float", magnitude=1.0, seed=2, duplicate=False)
+    q, k, v, do = make_inputs(1, 20, 2, 16, 32, kv_heads=1, data="float", magnitude=1.0, seed=2, duplicate=False)
     slug = key.slug()
     torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default, tuple(t.requires_grad_() for t in (q, k, v)))
     o, idx = ops.train(q, k, v)
