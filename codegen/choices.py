@@ -53,6 +53,12 @@ def _float(x: float) -> str:
     return repr(float(x))
 
 
+def element_slots(k: int) -> int:
+    """The top-k element kernels' running list: a power of two >= max(k, 16), also the key tile
+    the selection scans (the list and a tile merge by one sort)."""
+    return max(16, 1 << (k - 1).bit_length())
+
+
 def plan(key: KernelKey) -> KernelPlan:
     """The template and its holes for `key`; `Unsupported` when the support table says no."""
     verdict = support.triton(key)
@@ -72,7 +78,7 @@ def plan(key: KernelKey) -> KernelPlan:
         "kv_group": shared_kv_group(key),  # query heads per key/value head, read in place
     }
     if sel.over == "element" and sel.k > 1:  # grad = none only (support.triton)
-        holes.update(topk=sel.k, kslots=max(16, 1 << (sel.k - 1).bit_length()))
+        holes.update(topk=sel.k, kslots=element_slots(sel.k))
         return KernelPlan("topk_element.py.jinja", tuple(holes.items()))
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]

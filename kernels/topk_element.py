@@ -19,15 +19,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seqdsl.codegen.choices import element_slots
 from seqdsl.ir.key import KernelKey, selection
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
-
-
-def slots(key: KernelKey) -> int:
-    """The running list's width: a power of two >= max(k, 16) (codegen/choices.py's `kslots`)."""
-    return max(16, 1 << (selection(key).k - 1).bit_length())
 
 
 def _select_rows() -> int:
@@ -41,7 +37,7 @@ def _gather_rows(key: KernelKey, q: Tensor, v: Tensor) -> int:
     8,192 values (a power of two, at least 2); 16 under the interpreter, whose time goes per program."""
     if launch.interpreted():
         return 16
-    wide = max(q.shape[-1], v.shape[-1]) * slots(key)
+    wide = max(q.shape[-1], v.shape[-1]) * element_slots(selection(key).k)
     return max(2, 1 << max(0, (8192 // wide).bit_length() - 1))
 
 

@@ -154,15 +154,15 @@ def attention_key(key: KernelKey) -> KernelKey:
 
 def chunk_tiling(sel: SelectKey) -> str:
     """Why the generated kernels cannot tile the chunks of `sel` ("" when they can)."""
-    size = chunk_size(sel)
+    size, split = chunk_size(sel), chunk_split(sel)
     if size < TRITON_MIN_CHUNK or size > TRITON_MAX_SPLIT_CHUNK or not _pow2(size):
         return (f"chunk({size}) is not a power of two in {TRITON_MIN_CHUNK}..{TRITON_MAX_SPLIT_CHUNK}: "
                 "the kernels load a chunk in whole tiles")
     if size > TRITON_MAX_CHUNK and not (sel.k > 1 and sel.score == "mean" and sel.local and sel.grad == "none"):
         return (f"chunk({size}) is longer than one tile ({TRITON_MAX_CHUNK}): the generated kernels split "
                 f"longer chunks only for top-k (k > 1) with score = mean, the own chunk and grad = none")
-    if chunk_split(sel) > 1 and sel.k * chunk_split(sel) + chunk_split(sel) - 1 > TRITON_MAX_TILES:
-        return (f"top-{sel.k} of chunk({size}): {sel.k * chunk_split(sel)} tiles of {TRITON_MAX_CHUNK} per "
+    if split > 1 and sel.k * split + split - 1 > TRITON_MAX_TILES:
+        return (f"top-{sel.k} of chunk({size}): {sel.k * split} tiles of {TRITON_MAX_CHUNK} per "
                 f"query, more than the {TRITON_MAX_TILES} the generated kernels attend")
     return ""
 

@@ -21,6 +21,21 @@ def _one_message(capsys) -> str:
     return err
 
 
+def _at_call_5(monkeypatch, fault):
+    """The loss's fifth call (step 5 of a micro run without accumulation) returns fault(loss);
+    returns the real forward, to put back."""
+    real = step_module.CausalLoss.forward
+    calls = {"n": 0}
+
+    def forward(self, inputs, targets):
+        calls["n"] += 1
+        loss = real(self, inputs, targets)
+        return fault(loss) if calls["n"] == 5 else loss
+
+    monkeypatch.setattr(step_module.CausalLoss, "forward", forward)
+    return real
+
+
 def test_missing_data_file_is_one_message(tmp_path, capsys):
     args = micro_run_args(tmp_path) + ["--set", f'data.files=["{tmp_path}/nowhere/*.jsonl"]',
                                        "--out", str(tmp_path / "run")]
@@ -82,15 +97,7 @@ def test_resume_with_another_config_is_refused(tmp_path, capsys):
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, capsys, monkeypatch):
-    real = step_module.CausalLoss.forward
-    calls = {"n": 0}
-
-    def nan_at_step_5(self, inputs, targets):
-        calls["n"] += 1
-        loss = real(self, inputs, targets)
-        return loss * torch.nan if calls["n"] == 5 else loss
-
-    monkeypatch.setattr(step_module.CausalLoss, "forward", nan_at_step_5)
+    real = _at_call_5(monkeypatch, lambda loss: loss * torch.nan)
     run = tmp_path / "run"
     args = micro_run_args(tmp_path, steps=8) + ["--out", str(run)]
     assert main(args) == 2
@@ -111,17 +118,11 @@ def test_out_of_memory_is_one_message_naming_the_shape_and_keeps_the_checkpoints
     """A step that runs out of device memory (MoBA at 8K fell to the O(T^2) reference on an
     H200 on 2026-11-27 and died with a traceback): one message with the micro batch's shape and
     what to change; the checkpoint before it stays the latest, and the run resumes from it."""
-    real = step_module.CausalLoss.forward
-    calls = {"n": 0}
+    def out_of_memory(loss):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total "
+                                     "capacity of 139.80 GiB of which 9.91 GiB is free.")
 
-    def out_of_memory_at_step_5(self, inputs, targets):
-        calls["n"] += 1
-        if calls["n"] == 5:
-            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB. GPU 0 has a total "
-                                         "capacity of 139.80 GiB of which 9.91 GiB is free.")
-        return real(self, inputs, targets)
-
-    monkeypatch.setattr(step_module.CausalLoss, "forward", out_of_memory_at_step_5)
+    real = _at_call_5(monkeypatch, out_of_memory)
     run = tmp_path / "run"
     args = micro_run_args(tmp_path, steps=8) + ["--out", str(run)]
     assert main(args) == 2
