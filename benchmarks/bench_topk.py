@@ -99,6 +99,7 @@ class Case:
     local: bool
     gqa: bool  # the NSA table: a GQA shape, fla's column
     spec: str
+    element: bool = False  # top-k keys (chunk 1): no block structure, no Flex or fla column
 
 
 CASES = {c.name: c for c in (
@@ -106,8 +107,13 @@ CASES = {c.name: c for c in (
          "top(3, over=chunk(128), score=mean, local=true)"),
     Case("moba_k8_c64", "MoBA, k = 8 of 64-token chunks", 8, 64, True, False,
          "top(8, over=chunk(64), score=mean, local=true)"),
+    Case("moba_k3_c512", "MoBA, k = 3 of 512-token chunks (MoBA's 8K setting; the 110m preset at 8K)", 3, 512,
+         True, False, "top(3, over=chunk(512), score=mean, local=true)"),
     Case("nsa_k16_c64", "NSA selected branch, k = 16 of 64-token chunks", 16, 64, True, True,
          "top(16, over=chunk(64), score=mean)"),
+    Case("element_k16", "top-k element, k = 16 keys", 16, 1, True, False, "top(16, grad=none)", element=True),
+    Case("element_k64", "top-k element, k = 64 keys (DeepSeek sparse attention's shape, small k)", 64, 1, True,
+         False, "top(64, grad=none)", element=True),
 )}
 
 # Quoted, not measured: printed under the MoBA tables, labelled as such.
@@ -371,8 +377,10 @@ def heads(case: Case, dim: int, args) -> tuple[int, int]:
 
 def attended_pairs(case: Case, T: int) -> float:
     """Attended (query, key) pairs per (batch, head), for T a multiple of the chunk (exact with
-    `local`, an upper bound without)."""
+    `local`, an upper bound without); element: query i attends min(k, i + 1) keys."""
     C, k = case.chunk, case.k
+    if case.element:
+        return float(sum(min(k, i + 1) for i in range(min(T, k))) + max(0, T - k) * k)
     total = 0
     for c in range(T // C):
         own = C * (C + 1) // 2
@@ -389,7 +397,7 @@ def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tup
         f = 4 * D * T * (T + 1) / 2
         return bh * f, bh * 3.5 * f
     pairs = attended_pairs(case, T)
-    sel = 2 * D * T * (T / case.chunk)
+    sel = 2 * D * T * (T + 1) / 2 if case.element else 2 * D * T * (T / case.chunk)
     return bh * (4 * D * pairs + sel), bh * (3.5 * 4 * D * pairs + sel)
 
 
@@ -398,6 +406,9 @@ def generated_key(case: Case, dim: int, HQ: int, HKV: int):
     run, as MoBA and NSA train), HQ query heads on HKV key/value heads read in place."""
     from tests.kernels.keys import variant
 
+    if case.element:
+        key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad="none")
+        return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
     key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none")
     return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
 
@@ -437,6 +448,8 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
                 mode["gqa"] = "expanded"
         return call, dict(gqa=mode["gqa"], backend="cpu default" if not cuda else column[5:])
     if column == "flex":
+        if case.element:
+            raise Skip("top-k keys per query: no block structure for a BlockMask (every tile partial)")
         if T > args.flex_max_t:
             raise Skip(f"T > --flex-max-t {args.flex_max_t}")
         try:
@@ -469,7 +482,11 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
         if elems > args.ref_max_elems:
             raise Skip(f"O(T^2) reference: B * H * T^2 = {elems:.2g} score entries > --ref-max-elems "
                        f"{args.ref_max_elems:.2g}")
-        from seqdsl.reference.top1 import topk_chunk_ref
+        from seqdsl.reference.top1 import topk_chunk_ref, topk_element_ref
+
+        if case.element:
+            return (lambda q, k, v: topk_element_ref(q, expand(k), expand(v), scale=scale, k_top=case.k,
+                                                     grad="none")), {}
 
         def ref(q, k, v):
             return topk_chunk_ref(q, expand(k), expand(v), chunk=case.chunk, scale=scale, k_top=case.k,
@@ -639,7 +656,7 @@ def run_check(cases, device, args) -> list[dict]:
     """Per case: Flex (both encodings) and the BlockMask's encoded mask vs the reference; fla."""
     import torch
 
-    from seqdsl.reference.top1 import topk_chunk_ref
+    from seqdsl.reference.top1 import topk_chunk_ref, topk_element_ref
 
     cuda = device.type == "cuda"
     dtype = torch.float32 if cuda else torch.float64
@@ -650,7 +667,7 @@ def run_check(cases, device, args) -> list[dict]:
     # both encodings, and local = false as well
     encodings = (args.flex_encoding,) if cuda else ("bits", "indices")
     checked = list(cases)
-    if not cuda:
+    if not cuda and not cases[0].element:
         checked.append(dataclasses.replace(cases[0], name=cases[0].name + "_nonlocal", local=False))
     for case in checked:
         n_chunks = 2 * case.k + 4
@@ -663,11 +680,15 @@ def run_check(cases, device, args) -> list[dict]:
         scale = dim ** -0.5
         G = HQ // HKV
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        want = topk_chunk_ref(leaves[0], *(t.repeat_interleave(G, 2) for t in leaves[1:]), chunk=case.chunk,
-                              scale=scale, k_top=case.k, score="mean", local=case.local, grad="none")
+        kv = [t.repeat_interleave(G, 2) for t in leaves[1:]]
+        if case.element:
+            want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad="none")
+        else:
+            want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score="mean",
+                                  local=case.local, grad="none")
         want_grads = torch.autograd.grad(want, leaves, do) if cuda else None
         qd, kd, vd, dod = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
-        for encoding in encodings:
+        for encoding in () if case.element else encodings:  # element: no block mask to check
             t0 = time.perf_counter()
             row = dict(check="flex", case=case.name, local=case.local, encoding=encoding, T=T, HQ=HQ, HKV=HKV,
                        dim=dim, dtype=str(dtype).replace("torch.", ""), tol=tol)
@@ -863,7 +884,7 @@ def main(argv=None) -> int:
     cases = [CASES[c] for c in args.cases.split(",")]
     checked = cases  # the check runs the cases' own k and chunk, at small T
     if args.smoke:  # timings: the chunks halved (128 -> 64, 64 -> 32), T = 256 has 4 or 8 of them
-        cases = [dataclasses.replace(c, chunk=c.chunk // 2) for c in cases]
+        cases = [c if c.element else dataclasses.replace(c, chunk=c.chunk // 2) for c in cases]
     date = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -62,17 +62,19 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def spec_at(name: str, preset: str, seq: int):
-    """(program, model) of specs/<name>.seq resized to `preset`, its context `seq`."""
-    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset)
-    return resized.program, resized.model.model_copy(update={"context": seq})
+def spec_at(name: str, preset: str, seq: int, keep_absolute: bool = False):
+    """(program, model) of specs/<name>.seq resized to `preset` at the context `seq`, as `seqdsl
+    train` resizes it (windows and chunks scaled with the context unless `keep_absolute`)."""
+    resized = model_at(seqdsl.load(SPECS / f"{name}.seq").program, preset=preset, context=seq,
+                       keep_absolute=keep_absolute)
+    return resized.program, resized.model
 
 
 def bench_spec(name: str, preset: str, seq: int, batch: int, steps: int, warmup: int, device: torch.device,
                compile_blocks: bool, cuda_graphs: bool = False, reference_recurrent: bool = False,
-               micro_batch: int | None = None, scope: str = "block") -> dict:
+               micro_batch: int | None = None, scope: str = "block", keep_absolute: bool = False) -> dict:
     torch._dynamo.reset()  # each spec compiles afresh: guards of earlier specs' models must not count
-    program, spec = spec_at(name, preset, seq)
+    program, spec = spec_at(name, preset, seq, keep_absolute)
     torch.manual_seed(0)
     lm = LanguageModel(program, spec).to(device)
     if reference_recurrent:
@@ -125,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--preset", default="110m")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--keep-absolute", action="store_true",
+                   help="windows and chunks keep their size in tokens at --seq (as seqdsl train --keep-absolute); "
+                        "default: they scale with the context, as seqdsl train")
     p.add_argument("--micro-batch", type=int, default=None,
                    help="sequences per forward; the batch is then accumulated over batch / micro-batch of them")
     p.add_argument("--steps", type=int, default=10)
@@ -168,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             row = bench_spec(name, args.preset, args.seq, args.batch, args.steps, args.warmup, device, args.compile,
-                             args.cuda_graphs, args.reference_recurrent, args.micro_batch, args.compile_scope)
+                             args.cuda_graphs, args.reference_recurrent, args.micro_batch, args.compile_scope,
+                             args.keep_absolute)
         except Exception as err:  # one failing family must not hide the others' figures
             traceback.print_exc()
             row = {"spec": name, "error": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
@@ -179,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         _print_row(row)
         # written after every row: a run stopped at a time limit keeps what it measured
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
-                                   "preset": args.preset, "seq": args.seq, "batch": args.batch,
+                                   "preset": args.preset, "seq": args.seq, "keep_absolute": args.keep_absolute,
+                                   "batch": args.batch,
                                    "micro_batch": args.micro_batch or args.batch,
                                    "steps": args.steps, "compile": args.compile, "cuda_graphs": args.cuda_graphs,
                                    "reference_recurrent": args.reference_recurrent, "tf32": args.tf32,

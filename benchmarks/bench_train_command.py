@@ -60,6 +60,7 @@ log_every = 5
 compile = true
 cuda_graphs = {str(args.cuda_graphs).lower()}
 compile_scope = "{args.compile_scope}"
+keep_absolute = {str(args.keep_absolute).lower()}
 
 [data]
 source = "files"
@@ -109,7 +110,7 @@ def run_command(spec: str, args, workdir: Path) -> dict:
 
 def _flops_per_token(spec: str, args) -> float:
     """The training FLOPs per token of SPEC at the run's shape (what bench_spec reports)."""
-    return training_flops_per_token(*spec_at(spec, args.preset, args.seq), args.seq)
+    return training_flops_per_token(*spec_at(spec, args.preset, args.seq, args.keep_absolute), args.seq)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -120,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--specs", default="transformer,top1_chunk_approx")
     p.add_argument("--preset", default="110m")
     p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--keep-absolute", action="store_true",
+                   help="windows and chunks keep their size in tokens at --seq (seqdsl train's keep_absolute)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--micro-batch", type=int, default=16)
     p.add_argument("--steps", type=int, default=40)
@@ -153,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             if args.bench:
                 row["bench"] = bench_spec(spec, args.preset, args.seq, args.batch, args.bench_steps, 3, device, True,
-                                          args.cuda_graphs, micro_batch=args.micro_batch, scope=args.compile_scope)
+                                          args.cuda_graphs, micro_batch=args.micro_batch, scope=args.compile_scope,
+                                          keep_absolute=args.keep_absolute)
                 torch.cuda.empty_cache()
             row["train"] = run_command(spec, args, workdir)
             if not args.bench:

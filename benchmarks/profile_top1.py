@@ -58,7 +58,9 @@ def parse_args(argv=None):
     p.add_argument("--tokens", type=int, default=131072)
     p.add_argument("--chunk", type=int, default=128)
     p.add_argument("--steps", type=int, default=3, help="profiled steps per case")
-    p.add_argument("--kernels", default="sdpa_cudnn,top1_element,top1_chunk_exact,top1_chunk_approx")
+    p.add_argument("--kernels", default="sdpa_cudnn,top1_element,top1_chunk_exact,top1_chunk_approx",
+                   help="also topk:CASE for a case of benchmarks/bench_topk.py without GQA "
+                        "(e.g. topk:moba_k3_c512, topk:element_k64; grad = none, its own k and chunk)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU under the interpreter")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     return p.parse_args(argv)
@@ -127,7 +129,7 @@ def breakdown(prof, steps: int, step_ms: float) -> dict:
                 idle_ms=(span_us - busy_us) / 1e3 / steps, groups=groups, kernels=kernel_rows, ops=ops)
 
 
-def runners(names, dim: int, chunk: int, scale: float):
+def runners(names, dim: int, chunk: int, scale: float, heads: int):
     """name -> f(q, k, v) -> o, differentiable; (B, T, H, D) in and out."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -138,7 +140,15 @@ def runners(names, dim: int, chunk: int, scale: float):
     out = {}
     kernel_keys = keys(dim, chunk)
     for name in names:
-        if name == "sdpa_cudnn":
+        if name.startswith("topk:"):
+            sys.path.insert(0, str(ROOT / "benchmarks"))
+            from bench_topk import CASES, generated_key
+
+            case = CASES[name[5:]]
+            if case.gqa:
+                raise SystemExit(f"{name}: a GQA case; this profile runs H = 768 / D heads, each with its keys")
+            out[name] = top1.bind(generated_key(case, dim, heads, heads))
+        elif name == "sdpa_cudnn":
             def sdpa(q, k, v):
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
@@ -231,7 +241,7 @@ def main(argv=None) -> int:
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
             B, H, q, k, v, do = case_inputs(T, dim, args.tokens, device, dtype, smoke=args.smoke)
-            for name, fn in runners(names, dim, args.chunk, dim ** -0.5).items():
+            for name, fn in runners(names, dim, args.chunk, dim ** -0.5, H).items():
                 try:
                     case = dict(T=T, dim=dim, B=B, H=H, **profile_case(name, fn, q, k, v, do, device, args.steps))
                 except Exception as err:  # OOM or a backend missing here: recorded, not hidden

@@ -7,7 +7,7 @@
 #   2. benchmarks/bench_topk.py, one run per case (MoBA k 3 of 128, k 8 of 64, NSA k 16 of 64 with
 #      fla's parallel_nsa), 8K / 32K / 64K, D 64 and 128, with --check (<= BENCH_BUDGET s each,
 #      default 100)
-#   3. seqdsl train itself, Transformer++ against MoBA at 2K and 8K (bench_train_command.py
+#   3. seqdsl train itself, Transformer++ against MoBA at 2K and 8K (SEQS; bench_train_command.py
 #      --no-bench; needs the corpus in DATA (default .gpudata/data) and TOKENIZER); TRAIN=0 skips it
 # Results (JSON, markdown, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
 #     bash benchmarks/topk_gpu_round.sh
@@ -29,7 +29,7 @@ for case in $([ "${BENCH:-1}" = 1 ] && echo moba_k3_c128 moba_k8_c64 nsa_k16_c64
     grep -e "^| [0-9]" "$out"/bench_topk_*"$case"*.md 2>/dev/null
 done
 [ "${TRAIN:-1}" = 1 ] || exit 0
-for seq in 2048 8192; do
+for seq in ${SEQS:-2048 8192}; do
     timeout 300 "$py" benchmarks/bench_train_command.py --data "${DATA:-.gpudata/data}" \
         --tokenizer "${TOKENIZER:-.gpudata/tokenizer.json}" --no-bench --steps 16 --seq "$seq" \
         --batch $((64 * 2048 / seq)) --micro-batch $((16 * 2048 / seq)) --eval-tokens 16384 \
