@@ -20,6 +20,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
+from seqdsl.lower.backends import autotune_seed
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
@@ -31,6 +32,8 @@ _ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initia
 @functools.lru_cache(maxsize=None)
 def importable() -> bool:
     """True when fla imports here (it warns when imported on a machine without a GPU)."""
+    if torch.cuda.is_available():  # before fla's kernels are decorated: their tuning from the seed
+        autotune_seed.seed_once()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

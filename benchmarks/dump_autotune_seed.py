@@ -1,0 +1,73 @@
+"""Record the autotuning a real training step does on this GPU, for seqdsl to ship and seed
+(seqdsl/lower/backends/autotune_seed.py says how Triton keys and reads these files).
+
+    python benchmarks/dump_autotune_seed.py [--specs rwkv7] [--seq 2048] [--micro-batch 16] [--out DIR]
+
+In a fresh, empty Triton cache (a temporary TRITON_CACHE_DIR, results caching on, the shipped
+seed off so that everything is tuned here): one training step of each spec at the 110m preset
+(benchmarks/bench_train.py's `bench_spec`: the model, compile and CUDA graphs of `seqdsl train`
+at its micro batch, with the first-use self-checks), then every `<digest>/<kernel>.autotune.json`
+the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed) with a README
+saying the GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
+on this GPU, nothing tuned by hand. GPU only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--specs", default="rwkv7")
+    p.add_argument("--seq", type=int, default=2048)
+    p.add_argument("--micro-batch", type=int, default=16)
+    p.add_argument("--out", default=str(ROOT / "seqdsl" / "lower" / "backends" / "autotune_seed"))
+    args = p.parse_args(argv)
+    cache = Path(tempfile.mkdtemp(prefix="triton_cache_"))
+    os.environ.update(TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1", SEQDSL_AUTOTUNE_SEED="0")
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        raise SystemExit("dump_autotune_seed.py records a GPU's autotuning: no CUDA device here")
+    from bench_train import bench_spec
+
+    from seqdsl.lower.backends.autotune_seed import collect
+
+    device = torch.device("cuda")
+    for spec in args.specs.split(","):
+        row = bench_spec(spec, "110m", args.seq, args.micro_batch, 1, 1, device, True, True)
+        print(f"{spec}: one step done ({row.get('paths', '')})", flush=True)
+    out = Path(args.out)
+    n = collect(cache, out)
+    versions = {}
+    for name in ("fla", "mamba_ssm"):
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:
+            pass
+    (out / "README.md").write_text(
+        "# Shipped autotuning results (seqdsl/lower/backends/autotune_seed.py)\n\n"
+        f"Recorded {datetime.date.today().isoformat()} by `benchmarks/dump_autotune_seed.py --specs {args.specs} "
+        f"--seq {args.seq} --micro-batch {args.micro_batch}` on {torch.cuda.get_device_name(0)}, torch "
+        f"{torch.__version__}, Triton {triton.__version__}"
+        + "".join(f", {k} {v}" for k, v in versions.items())
+        + f": {n} files, one per (kernel, shapes) a training step and its self-checks tuned. Triton reads a "
+        "file only where its digest (Triton's build, GPU backend, kernel source, environment, shapes, "
+        "candidate configs) is the same; anywhere else it autotunes as before.\n")
+    print(f"collected {n} autotuning files into {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

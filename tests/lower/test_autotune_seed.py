@@ -1,0 +1,98 @@
+"""The shipped autotuning results (seqdsl/lower/backends/autotune_seed.py): seeded into Triton's
+cache only where missing (never over a file Triton wrote), whole, without failing on an
+unwritable cache; results caching turned on unless the user said otherwise; the shipped files
+are Triton's own format and ship with the package."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from seqdsl.lower.backends import autotune_seed
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _seed_dir(tmp_path: Path) -> Path:
+    root = tmp_path / "seed"
+    for digest, kernel, n in (("AAA", "k1", 1), ("AAA", "k2", 2), ("BBB", "k1", 3)):
+        (root / digest).mkdir(parents=True, exist_ok=True)
+        (root / digest / f"{kernel}.autotune.json").write_text(json.dumps({"key": [n], "configs_timings": []}))
+    (root / "AAA" / "notes.txt").write_text("not an autotuning file")
+    return root
+
+
+def test_seed_copies_what_is_missing_and_keeps_what_triton_wrote(tmp_path):
+    root, cache = _seed_dir(tmp_path), tmp_path / "cache"
+    (cache / "AAA").mkdir(parents=True)
+    (cache / "AAA" / "k2.autotune.json").write_text("written by Triton here")
+    assert autotune_seed.seed(cache, root) == 2
+    assert (cache / "AAA" / "k2.autotune.json").read_text() == "written by Triton here"
+    for digest, kernel in (("AAA", "k1"), ("BBB", "k1")):
+        assert (cache / digest / f"{kernel}.autotune.json").read_bytes() == \
+            (root / digest / f"{kernel}.autotune.json").read_bytes()
+    assert not (cache / "AAA" / "notes.txt").exists()
+    assert not list(cache.rglob("*.tmp"))  # written aside, then renamed
+    assert autotune_seed.seed(cache, root) == 0  # a second time: nothing missing
+
+
+def test_an_unwritable_cache_is_left_alone(tmp_path):
+    root = _seed_dir(tmp_path)
+    blocked = tmp_path / "file_not_folder"
+    blocked.write_text("x")
+    assert autotune_seed.seed(blocked / "cache", root) == 0
+
+
+def test_seed_once_turns_results_caching_on_unless_the_user_decided(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(autotune_seed, "seed", lambda *a, **k: calls.append(1) or 7)
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING", raising=False)
+    monkeypatch.delenv("SEQDSL_AUTOTUNE_SEED", raising=False)
+    assert autotune_seed.seed_once.__wrapped__() == 7
+    assert os.environ["TRITON_CACHE_AUTOTUNING"] == "1"
+    monkeypatch.setenv("TRITON_CACHE_AUTOTUNING", "0")
+    autotune_seed.seed_once.__wrapped__()
+    assert os.environ["TRITON_CACHE_AUTOTUNING"] == "0"
+    monkeypatch.setenv("SEQDSL_AUTOTUNE_SEED", "0")
+    monkeypatch.delenv("TRITON_CACHE_AUTOTUNING")
+    assert autotune_seed.seed_once.__wrapped__() == 0
+    assert "TRITON_CACHE_AUTOTUNING" not in os.environ and len(calls) == 2
+
+
+def test_triton_cache_dir_follows_triton(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "tc"))
+    assert autotune_seed.triton_cache_dir() == tmp_path / "tc"
+
+
+def test_collect_takes_the_autotuning_files_only(tmp_path):
+    cache, out = _seed_dir(tmp_path), tmp_path / "out"
+    assert autotune_seed.collect(cache, out) == 3
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("*")  if p.is_file()) == \
+        ["AAA/k1.autotune.json", "AAA/k2.autotune.json", "BBB/k1.autotune.json"]
+
+
+def test_the_shipped_files_are_tritons_format_and_ship_with_the_package():
+    files = autotune_seed.seed_files()
+    assert files, "no shipped autotuning files (benchmarks/dump_autotune_seed.py records them)"
+    for path in files:
+        data = json.loads(path.read_text())
+        assert isinstance(data["key"], list) and data["configs_timings"], path
+        for config, timings in data["configs_timings"]:
+            assert {"kwargs", "num_warps", "num_stages"} <= set(config) and timings, path
+    readme = (autotune_seed.SEED_DIR / "README.md").read_text()
+    assert f"{len(files)} files" in readme and "Triton" in readme
+    assert '"seqdsl.lower.backends" = ["autotune_seed/*/*.json", "autotune_seed/README.md"]' in \
+        (ROOT / "pyproject.toml").read_text()
+
+
+@pytest.mark.parametrize("module", ["fla", "mamba_ssd"])
+def test_the_backends_seed_before_importing_their_library(module):
+    """The seed must precede the library's import: Triton reads TRITON_CACHE_AUTOTUNING when a
+    kernel is decorated, i.e. at import."""
+    source = (ROOT / "seqdsl" / "lower" / "backends" / f"{module}.py").read_text()
+    body = source[source.index("def importable"):]
+    assert body.index("autotune_seed.seed_once()") < min(
+        i for i in (body.find("import fla"), body.find("import_failure(")) if i >= 0)
