@@ -7,8 +7,8 @@ In a fresh, empty Triton cache (a temporary TRITON_CACHE_DIR, results caching on
 seed off so that everything is tuned here): one training step of each spec at the 110m preset
 (benchmarks/bench_train.py's `bench_spec`: the model, compile and CUDA graphs of `seqdsl train`
 at its micro batch, with the first-use self-checks), then every `<digest>/<kernel>.autotune.json`
-the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed) with a README
-saying the GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
+the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed), and a line
+appended to its README says the GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
 on this GPU, nothing tuned by hand. GPU only.
 """
 
@@ -24,6 +24,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
+HEADER = """# Shipped autotuning results (seqdsl/lower/backends/autotune_seed.py)
+
+One file per (kernel, shapes) that a training step of the spec and its first-use self-checks
+tuned, in Triton's own format, under Triton's digest. Triton reads a file only where that digest
+(Triton's build, GPU backend, kernel source, environment, shapes, candidate configs) is the same;
+anywhere else it autotunes as before. Recordings (each line appended by the dump):
+
+"""
 
 
 def main(argv=None) -> int:
@@ -56,15 +66,13 @@ def main(argv=None) -> int:
             versions[name] = __import__(name).__version__
         except Exception:
             pass
-    (out / "README.md").write_text(
-        "# Shipped autotuning results (seqdsl/lower/backends/autotune_seed.py)\n\n"
-        f"Recorded {datetime.date.today().isoformat()} by `benchmarks/dump_autotune_seed.py --specs {args.specs} "
-        f"--seq {args.seq} --micro-batch {args.micro_batch}` on {torch.cuda.get_device_name(0)}, torch "
-        f"{torch.__version__}, Triton {triton.__version__}"
-        + "".join(f", {k} {v}" for k, v in versions.items())
-        + f": {n} files, one per (kernel, shapes) a training step and its self-checks tuned. Triton reads a "
-        "file only where its digest (Triton's build, GPU backend, kernel source, environment, shapes, "
-        "candidate configs) is the same; anywhere else it autotunes as before.\n")
+    readme = out / "README.md"
+    text = readme.read_text() if readme.exists() else HEADER
+    text += (f"- {datetime.date.today().isoformat()}, `benchmarks/dump_autotune_seed.py --specs {args.specs} "
+             f"--seq {args.seq} --micro-batch {args.micro_batch}` on {torch.cuda.get_device_name(0)}, torch "
+             f"{torch.__version__}, Triton {triton.__version__}"
+             + "".join(f", {k} {v}" for k, v in versions.items()) + f": {n} files\n")
+    readme.write_text(text)
     print(f"collected {n} autotuning files into {out}")
     return 0
 
