@@ -133,6 +133,14 @@ class Skip(Exception):
     """A column (or one pass of it) that cannot run here; the message is the reason printed."""
 
 
+def _json_object(text: str) -> dict:
+    """--flex-kernel-options: a JSON object (empty: none)."""
+    value = json.loads(text) if text.strip() else {}
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"not a JSON object: {text!r}")
+    return value
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--cases", default=",".join(CASES), help="comma-separated: " + ", ".join(CASES))
@@ -143,6 +151,10 @@ def parse_args(argv=None):
     p.add_argument("--columns", default=",".join(COLUMNS), help="a subset of " + ", ".join(COLUMNS))
     p.add_argument("--flex-max-t", type=int, default=131072, help="longest T FlexAttention runs at")
     p.add_argument("--flex-block", type=int, default=128, help="BlockMask tile (query and key)")
+    p.add_argument("--flex-kernel-options", default="", type=_json_object,
+                   help='JSON passed to flex_attention as kernel_options, e.g. \'{"num_stages": 2}\' or '
+                        '\'{"BLOCK_M": 64, "BLOCK_N": 64}\' (its defaults at D 64 asked more shared memory than '
+                        'an H200 has, 2026-11-27)')
     p.add_argument("--flex-encoding", default="bits", choices=("bits", "indices"),
                    help="the mask_mod's view of the selection: a chunk bitset per query, or the k indices")
     p.add_argument("--ref-max-elems", type=float, default=2.0 ** 30,
@@ -256,10 +268,11 @@ class FlexSelected:
     refilled by every call; selection + tiles + BlockMask are built inside the call (counted)."""
 
     def __init__(self, case: Case, B: int, HQ: int, HKV: int, T: int, device, *, block: int, encoding: str,
-                 compiled: bool, score_dtype=None):
+                 compiled: bool, score_dtype=None, kernel_options: dict | None = None):
         import torch
 
         self.case, self.T, self.block, self.encoding = case, T, block, encoding
+        self.kernel_options = kernel_options or None
         self.gqa = HQ != HKV
         self.score_dtype = score_dtype
         C, n, local = case.chunk, T // case.chunk, case.local
@@ -313,7 +326,8 @@ class FlexSelected:
     def __call__(self, q, k, v, scale):
         """(B, T, HQ, D) from q (B, T, HQ, D), k, v (B, T, HKV, D)."""
         bm = self.block_mask(q.detach(), k.detach())
-        out = self.flex(*(t.transpose(1, 2) for t in (q, k, v)), block_mask=bm, scale=scale, enable_gqa=self.gqa)
+        out = self.flex(*(t.transpose(1, 2) for t in (q, k, v)), block_mask=bm, scale=scale, enable_gqa=self.gqa,
+                        kernel_options=self.kernel_options)
         return out.transpose(1, 2)
 
 
@@ -454,10 +468,11 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
             raise Skip(f"T > --flex-max-t {args.flex_max_t}")
         try:
             runner = FlexSelected(case, B, HQ, HKV, T, device, block=args.flex_block, encoding=args.flex_encoding,
-                                  compiled=cuda)
+                                  compiled=cuda, kernel_options=args.flex_kernel_options)
         except ImportError as err:
             raise Skip(f"FlexAttention unavailable: {err}") from err
-        return (lambda q, k, v: runner(q, k, v, scale)), dict(encoding=args.flex_encoding, compiled=cuda)
+        return (lambda q, k, v: runner(q, k, v, scale)), dict(encoding=args.flex_encoding, compiled=cuda,
+                                                               kernel_options=args.flex_kernel_options)
     if column == "fla_nsa":
         if not case.gqa:
             raise Skip("fla's parallel_nsa: the NSA table only")
