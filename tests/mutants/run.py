@@ -270,6 +270,13 @@ MUTANTS = (
     Mutant('selfcheck_time_uncounted', "first-use self-checks' time left out of the first-step record",
            'seqdsl/lower/verdicts.py', '        _SPENT.seconds += time.perf_counter() - t0\n', '',
            tests=('tests/lower/test_selfcheck_cache.py',)),
+    Mutant('autotune_seed_overwrites', "the shipped autotuning replaces a result Triton wrote on this machine",
+           'seqdsl/lower/backends/autotune_seed.py', '        if target.exists():\n            continue\n', '',
+           tests=('tests/lower/test_autotune_seed.py',)),
+    Mutant('bench_counts_the_2k_model', "the training benchmark resizes a spec at the preset's 2K context, "
+           "so MoBA's FLOPs at 8K are counted with 128-token chunks",
+           'benchmarks/bench_train.py', 'preset=preset, context=seq,', 'preset=preset, context=None,',
+           tests=('tests/train/test_bench_train.py',)),
 )
 
 
