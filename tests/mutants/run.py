@@ -227,7 +227,7 @@ MUTANTS = (
            tests=('tests/kernels/test_top1_kernels.py',)),
     # grouped-query attention in the training kernels (issue 25)
     Mutant('gqa_sums_one_query_head', 'grouped-query kernels: dk/dv take the first query head of each group only',
-           'codegen/templates/common.jinja', '    for g in range(GROUP):', '    for g in range(1):',
+           'codegen/templates/common.jinja', '    for member in range(GROUP):', '    for member in range(1):',
            tests=('tests/kernels/test_top1_kernels.py',)),
     Mutant('gqa_key_head_of_query_head', 'grouped-query kernels: query head h reads key head h % HK, not h // GROUP',
            'codegen/templates/chunk.py.jinja', '    hk = h // GROUP\n    offs_k', '    hk = h % (H // GROUP)\n    offs_k',
