@@ -141,8 +141,7 @@ def runners(names, dim: int, chunk: int, scale: float, heads: int):
     kernel_keys = keys(dim, chunk)
     for name in names:
         if name.startswith("topk:"):
-            sys.path.insert(0, str(ROOT / "benchmarks"))
-            from bench_topk import CASES, generated_key
+            from benchmarks.bench_topk import CASES, generated_key
 
             case = CASES[name[5:]]
             if case.gqa:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 import time
 
@@ -68,11 +67,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()  # before any subcommand imports torch: time to first step counts it
-    # fla's and mamba-ssm's Triton kernels autotune on first use (1.5-4 minutes for Mamba-2 and
-    # RWKV-7, H200): keep the results in Triton's cache, as their compiled kernels are, so that only
-    # the first process on a machine pays it. Read when their modules are imported, so set here;
-    # TRITON_CACHE_AUTOTUNING=0 turns it off (docs/training.md, "Autotuning").
-    os.environ.setdefault("TRITON_CACHE_AUTOTUNING", "1")
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         parser = build_parser(only=_requested(argv) or "")

@@ -66,8 +66,8 @@ def seed(dest: Path | None = None, root: Path = SEED_DIR) -> int:
 
 @functools.lru_cache(maxsize=None)
 def seed_once() -> int:
-    """Before a third-party Triton library (fla, mamba-ssm) is first imported: results caching
-    on for every autotuner (Triton reads TRITON_CACHE_AUTOTUNING when a kernel is decorated,
+    """Before a third-party Triton library (fla, mamba-ssm) is first imported (the backends'
+    `import_failure` calls it on a GPU): results caching on for every autotuner (Triton reads TRITON_CACHE_AUTOTUNING when a kernel is decorated,
     at import; the user's own setting wins), then the shipped files seeded. SEQDSL_AUTOTUNE_SEED=0
     turns both off."""
     if os.environ.get("SEQDSL_AUTOTUNE_SEED") == "0":

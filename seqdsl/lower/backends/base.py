@@ -18,6 +18,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import Dense, KernelKey
+from seqdsl.lower.backends import autotune_seed
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 
 
@@ -59,7 +60,11 @@ class Backend(Protocol):
 
 def import_failure(load: Callable[[], object], what: str) -> str:
     """"" when `load()` imports `what` here, else why not, in one line: an ImportError, or a
-    package's CUDA extension failing to load (which raises other errors)."""
+    package's CUDA extension failing to load (which raises other errors). On a GPU the shipped
+    autotuning is seeded first: a library's Triton kernels read Triton's autotuning settings
+    when they are decorated, at import (`autotune_seed`)."""
+    if torch.cuda.is_available():
+        autotune_seed.seed_once()
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

@@ -13,14 +13,14 @@ worse than a slow one. A failed check is reported by the caller and the referenc
 from __future__ import annotations
 
 import functools
+import importlib
 import importlib.util
-import warnings
 
 import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.lower.backends import autotune_seed
+from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
@@ -31,16 +31,9 @@ _ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initia
 
 @functools.lru_cache(maxsize=None)
 def importable() -> bool:
-    """True when fla imports here (it warns when imported on a machine without a GPU)."""
-    if torch.cuda.is_available():  # before fla's kernels are decorated: their tuning from the seed
-        autotune_seed.seed_once()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            import fla  # noqa: F401
-    except Exception:  # ImportError, or fla failing to initialise on this machine
-        return False
-    return True
+    """True when fla imports here (it warns when imported on a machine without a GPU; fla
+    failing to initialise on this machine counts as not importable)."""
+    return not import_failure(lambda: importlib.import_module("fla"), "flash-linear-attention")
 
 
 def compute_dtype(m) -> torch.dtype:

@@ -44,7 +44,6 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.lower.backends import autotune_seed
 from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
@@ -66,8 +65,6 @@ def _ssd():
 @functools.lru_cache(maxsize=None)
 def importable() -> str:
     """"" when mamba-ssm's SSD kernels import here, else why not."""
-    if torch.cuda.is_available():  # before mamba's kernels are decorated: their tuning from the seed
-        autotune_seed.seed_once()
     failure = import_failure(_ssd, "mamba-ssm")
     if failure:
         return failure
