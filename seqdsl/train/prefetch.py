@@ -80,3 +80,37 @@ class Prefetcher:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+class Ahead:
+    """`work()` on a thread from now on; `result()` waits for it, returns its value or raises
+    its exception, and says how long the work took and how long the caller waited. With
+    `background=False` the work runs inside `result()` (the same answers, nothing overlapped)."""
+
+    def __init__(self, work, *, background: bool, name: str = "seqdsl-ahead"):
+        self._work, self._value, self._error = work, None, None
+        self.work_s = 0.0
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True) if background else None
+        if self._thread is not None:
+            self._thread.start()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        try:
+            self._value = self._work()
+        except BaseException as err:  # raised in the caller, by result()
+            self._error = err
+        finally:
+            self.work_s = time.perf_counter() - t0
+
+    def result(self) -> tuple[object, float]:
+        """(the work's value, seconds the caller waited for it here)."""
+        t0 = time.perf_counter()
+        if self._thread is None:
+            self._run()
+        else:
+            self._thread.join()
+        wait = time.perf_counter() - t0
+        if self._error is not None:
+            raise self._error
+        return self._value, wait

@@ -38,7 +38,7 @@ from seqdsl.run.records import evaluate_records
 from seqdsl.train import distributed
 from seqdsl.train.metrics import MetricsLog, Progress
 from seqdsl.train.optim import lr_at, optimizer_for, set_lr
-from seqdsl.train.prefetch import Batch, Prefetcher
+from seqdsl.train.prefetch import Ahead, Batch, Prefetcher
 from seqdsl.train.setup import ResolvedModel, resolve_model
 from seqdsl.train.step import CausalLoss, apply_update, training_step
 from seqdsl.train.throughput import device_peak_flops, mfu_meter
@@ -111,6 +111,10 @@ class _Run:
     progress: Progress
     sets: dict  # domain -> EvalSet, this process's share scored at each evaluation
     mfu: Callable[[float], float | None]
+    # seconds spent before the first step: "model" (spec, tokenizer, weights), "plan" (paths,
+    # self-checks, compile wrappers), "data" (stream and held-out sets, on a thread beside
+    # "plan"), "data_wait" (of "data", what was left when "plan" ended)
+    startup: dict[str, float]
 
     @property
     def seq_len(self) -> int:
@@ -207,6 +211,7 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
     run (the spec, its lowering, the checkpoint to resume) is checked before the data source is
     opened: reading a corpus takes seconds (the builtin one is read in full to name it in
     config.json)."""
+    t0 = time.perf_counter()
     device = pick_device(config.device, local_rank=d.local_rank if d.world > 1 else None)
     amp = autocast_dtype(config.dtype, device)
     tokenizer = load_tokenizer(config.data.tokenizer)
@@ -228,21 +233,33 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
                     spec_digest=model.digest, torch_version=torch.__version__,
                     seqdsl_version=__version__)
     digest = _digest_to_match(resolved, loaded, out)
-    parallel, optimizer = _wrap(config, lm, d, device, amp)
-    position = _restore(loaded, lm, optimizer)
-    # the packed stream, from the token cache (built on first use, with a progress bar) when the
-    # source is cached; every process reads the same stream and keeps its own rows
+    t_model = time.perf_counter()
+    # the packed stream (from the token cache, built on first use with a progress bar, when the
+    # source is cached) and the held-out sets are read on a thread while the paths are planned
+    # (self-checks, kernel compilation): on a fresh machine both take seconds to tens of seconds.
+    # One process only: with several, process 0 builds the cache while the others wait at a
+    # barrier, a collective that must not interleave with the data-parallel wrapping's own.
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if d.main else (lambda line: None)
-    stream = d.main_first(lambda: data.training_stream(tokenizer, model.spec.context, position.cursor,
-                                                        show_progress=show_progress, say=say))
+    cursor = _start_cursor(loaded)
+
+    def read_data():
+        stream = d.main_first(lambda: data.training_stream(tokenizer, model.spec.context, cursor,
+                                                            show_progress=show_progress, say=say))
+        return stream, data.heldout_sets(tokenizer)  # every process scores its share of the batches
+
+    reading = Ahead(read_data, background=d.world == 1, name="seqdsl-data")
+    parallel, optimizer = _wrap(config, lm, d, device, amp)
+    t_plan = time.perf_counter()
+    position = _restore(loaded, lm, optimizer)
+    (stream, sets), data_wait = reading.result()
     position.cursor = stream.cursor
     log = _open_run_dir(out, d, loaded, resolved, model, position.start)
-    sets = data.heldout_sets(tokenizer)  # every process scores its share of the batches
     progress = Progress(steps, position.start, config.log_every, show_progress, eval_every=config.eval_every,
                         eval_tokens=sum(s.tokens.numel() for s in sets.values()),
                         step_tokens=config.batch * model.spec.context)
+    startup = {"model": t_model - t0, "plan": t_plan - t_model, "data": reading.work_s, "data_wait": data_wait}
     run = _Run(config, out, d, device, amp, model, lm, steps, micro, accum, digest, parallel, optimizer, log,
-               progress, sets, mfu_meter(model, model.spec.context, device_peak_flops(device)))
+               progress, sets, mfu_meter(model, model.spec.context, device_peak_flops(device)), startup)
     _announce(run, data)
     return run, position, stream
 
@@ -274,15 +291,20 @@ def _wrap(config: RunConfig, lm: LanguageModel, d: distributed.Dist, device: tor
     return parallel, optimizer_for(lm, config)
 
 
+def _start_cursor(loaded: checkpoint.Loaded | None) -> Cursor:
+    """Where the training stream starts: its beginning, or after the resumed checkpoint's last batch."""
+    return Cursor(**loaded.state["cursor"]) if loaded is not None else Cursor()
+
+
 def _restore(loaded: checkpoint.Loaded | None, lm: LanguageModel, optimizer: torch.optim.Optimizer) -> _Position:
     """Where the run starts: at the beginning, or where the resumed checkpoint left it (its
     weights, optimizer state and random generators restored)."""
     if loaded is None:
-        return _Position(start=0, tokens=0, cursor=Cursor(), elapsed_before=0.0)
+        return _Position(start=0, tokens=0, cursor=_start_cursor(loaded), elapsed_before=0.0)
     checkpoint.restore(loaded, lm, optimizer)
     checkpoint.set_rng_state(loaded.state["rng"])
     return _Position(start=loaded.state["step"], tokens=loaded.state["tokens"],
-                     cursor=Cursor(**loaded.state["cursor"]), elapsed_before=loaded.state.get("elapsed", 0.0))
+                     cursor=_start_cursor(loaded), elapsed_before=loaded.state.get("elapsed", 0.0))
 
 
 def _open_run_dir(out: Path, d: distributed.Dist, loaded: checkpoint.Loaded | None, resolved: dict,
@@ -355,15 +377,17 @@ def _record_step(run: _Run, position: _Position, clock: _Clock, step: int, batch
     if step == position.start:
         compiling = ""
         if run.config.compile:
-            compiling = (f", compiling {len(run.lm.blocks)} blocks" if run.config.compile_scope == "model"
-                         else ", compiling one graph per block structure") + " and the loss head"
+            compiling = (f" (compiling {len(run.lm.blocks)} blocks" if run.config.compile_scope == "model"
+                         else " (compiling one graph per block structure") + " and the loss head)"
         checks = verdicts.spent().minus(clock.checks)
+        startup = dict(run.startup, first_step=now - t0)
         run.log.write({"kind": "event", "step": step + 1, "event": "first_step",
                        "detail": f"{now - clock.launched:.1f} s from the start of the command to the end of the "
-                                 f"first step, which took {now - t0:.1f} s ({checks.seconds:.1f} s in "
-                                 f"{checks.computed} first-use self-checks or races, {checks.kept} known from "
-                                 f"the cache{compiling})",
-                       "seconds": now - clock.launched, "selfcheck_seconds": checks.seconds})
+                                 f"first step: model {startup['model']:.1f} s, paths {startup['plan']:.1f} s, "
+                                 f"data {startup['data']:.1f} s beside them (then waited {startup['data_wait']:.1f} s), "
+                                 f"the first step {now - t0:.1f} s{compiling}; of all that, {checks.seconds:.1f} s in "
+                                 f"{checks.computed} first-use self-checks or races, {checks.kept} known from the cache",
+                       "seconds": now - clock.launched, "selfcheck_seconds": checks.seconds, "startup": startup})
         # the first forward has planned every mixer's path: say which ran
         paths = path_lines(run.lm.describe_paths(run.device))
         run.log.write({"kind": "event", "step": step + 1, "event": "paths", "detail": "; ".join(paths)})

@@ -1,8 +1,11 @@
 """The prefetcher (seqdsl/train/prefetch.py): batches made on a thread are the stream's batches,
 in order, each with the cursor after it (what a checkpoint must save); a failure on the thread
-is raised in the loop; closing never hangs."""
+is raised in the loop; closing never hangs. `Ahead` (the run's data read beside path planning):
+the work runs before it is asked for, its value or its exception reaches the caller."""
 
 from __future__ import annotations
+
+import threading
 
 import pytest
 import torch
@@ -10,7 +13,7 @@ import torch
 from seqdsl.data.documents import Document
 from seqdsl.data.packing import PackedSequences
 from seqdsl.data.tokenizer import ByteTokenizer
-from seqdsl.train.prefetch import Prefetcher
+from seqdsl.train.prefetch import Ahead, Prefetcher
 
 DOCS = [Document("web", f"document {i} " + "ab" * (i % 5)) for i in range(30)]
 
@@ -58,3 +61,37 @@ def test_close_returns_with_a_full_queue():
     ahead.next()
     ahead.close()
     assert not ahead._thread.is_alive()
+
+
+def test_ahead_runs_its_work_on_a_thread_before_the_result_is_asked_for():
+    started, release = threading.Event(), threading.Event()
+
+    def work():
+        started.set()
+        assert release.wait(10)
+        return threading.current_thread().name
+
+    ahead = Ahead(work, background=True, name="data-thread")
+    assert started.wait(10)  # running although result() has not been called
+    release.set()
+    value, waited = ahead.result()
+    assert value == "data-thread"
+    assert waited >= 0 and ahead.work_s >= 0
+
+
+def test_ahead_without_background_runs_the_work_in_the_callers_thread():
+    ran = []
+    ahead = Ahead(lambda: ran.append(threading.current_thread().name) or 7, background=False)
+    assert ran == []  # nothing before result()
+    assert ahead.result()[0] == 7
+    assert ran == [threading.current_thread().name]
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_ahead_raises_the_works_exception_in_the_caller(background):
+    def work():
+        raise FileNotFoundError("shard gone")
+
+    ahead = Ahead(work, background=background)
+    with pytest.raises(FileNotFoundError, match="shard gone"):
+        ahead.result()

@@ -142,6 +142,29 @@ def test_the_spec_and_the_checkpoint_refuse_a_run_before_any_data_is_read(tmp_pa
     assert f"checkpoint {damaged} is damaged" in capsys.readouterr().err
 
 
+def test_the_data_is_read_beside_the_path_planning_and_the_first_step_says_where_the_time_went(tmp_path, monkeypatch):
+    """One process reads the stream and the held-out sets on a thread while the paths are planned
+    (seqdsl/train/run.py: _set_up); the first_step event splits the time to the first step."""
+    import threading
+
+    from seqdsl.run.data import RunData
+
+    readers, real = [], RunData.heldout_sets
+    monkeypatch.setattr(RunData, "heldout_sets", lambda self, tok: readers.append(threading.current_thread().name)
+                        or real(self, tok))
+    run = tmp_path / "run"
+    assert main(micro_run_args(tmp_path, steps=2) + ["--out", str(run)]) == 0
+    assert readers == ["seqdsl-data"]
+    events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    first = next(r for r in events if r["kind"] == "event" and r["event"] == "first_step")
+    startup = first["startup"]
+    assert set(startup) == {"model", "plan", "data", "data_wait", "first_step"}
+    assert all(v >= 0 for v in startup.values()) and startup["data_wait"] <= startup["data"] + 1e-3
+    # the phases on the main thread happen one after the other, within the command's time
+    assert startup["model"] + startup["plan"] + startup["data_wait"] + startup["first_step"] <= first["seconds"]
+    assert f"model {startup['model']:.1f} s" in first["detail"]
+
+
 @pytest.mark.slow  # the README's recipe in a fresh interpreter, twice: 20-40 s on 2 cores
 def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_path):
     steps = 40
