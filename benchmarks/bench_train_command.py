@@ -3,7 +3,7 @@ benchmarks/bench_train.py's synthetic-token step of the same shape, measured in 
 
     python benchmarks/bench_train_command.py --data DIR --tokenizer FILE.json \
         [--specs transformer,top1_chunk_approx] [--steps 40] [--batch 64 --micro-batch 16] \
-        [--no-cuda-graphs] [--no-bench] [--out FILE.json]
+        [--no-cuda-graphs] [--no-bench] [--cold-caches] [--out FILE.json]
 
 For each spec: (1) bench_train.bench_spec, the step on random tokens (compile, CUDA graphs, the
 same batch and micro batch); (2) `seqdsl train SPEC` in a fresh process on the folders of DIR
@@ -14,6 +14,10 @@ the steps after the first quarter (compilation and warm-up), the time to first s
 paths per layer (`seqdsl lower`'s plan, as the run's log prints it). MFU is against the bf16
 GEMM rate measured in this call. Prints a table and writes JSON (default
 benchmarks/results/bench_train_command_<device>_<date>.json).
+
+`--cold-caches` gives each `seqdsl train` empty caches of its own (Triton, inductor, the CUDA
+driver's JIT, seqdsl's verdicts and token cache): every spec's time to first step as on a fresh
+machine, where otherwise the specs after the first find the token cache and shared kernels built.
 
 `--no-bench` runs only `seqdsl train` (for specs whose benchmark half compiles for minutes: the
 stateful families); the table then gives each spec's ratio to Transformer++'s `seqdsl train` in
@@ -72,6 +76,12 @@ eval_tokens = {args.eval_tokens}
 """
 
 
+# --cold-caches: each run's own empty caches (Triton's kernels and autotuning, inductor's, the CUDA
+# driver's JIT, seqdsl's verdicts and token cache)
+COLD_CACHES = {"TRITON_CACHE_DIR": "triton", "TORCHINDUCTOR_CACHE_DIR": "inductor", "CUDA_CACHE_PATH": "cuda",
+               "SEQDSL_CACHE_DIR": "seqdsl"}
+
+
 def run_command(spec: str, args, workdir: Path) -> dict:
     """`seqdsl train` on the real data, in a fresh process; its figures from metrics.jsonl."""
     data_dirs = sorted(str(p) for p in Path(args.data).iterdir() if p.is_dir() and p.name != "tokenizers")
@@ -82,10 +92,14 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     config = workdir / f"{name}.toml"
     config.write_text(_config(args, data_dirs, args.steps))
     out = workdir / f"run_{name}"
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    if args.cold_caches:  # what a fresh machine has: no compiled kernels, autotuning, verdicts or token cache
+        cold = workdir / f"caches_{name}"
+        env.update({var: str(cold / sub) for var, sub in COLD_CACHES.items()})
     t0 = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", "train", str(ROOT / "specs" / f"{spec}.seq"),
                            "--config", str(config), "--out", str(out), "--quiet"],
-                          capture_output=True, text=True, env=dict(os.environ, PYTHONUNBUFFERED="1"))
+                          capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0:
@@ -101,11 +115,21 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     config_json = json.loads((out / "config.json").read_text())
     return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
             "first_step_detail": first["detail"], "selfcheck_s": first.get("selfcheck_seconds"), "paths": paths,
+            "startup": first.get("startup"), "cold_caches": args.cold_caches,
             "data_wait_fraction": statistics.median(r["data_wait_s"] / s for r, s in zip(steady, step_s)),
             "data_wait_s_max": max(r["data_wait_s"] for r in steady),
             "time_to_first_step_s": first["seconds"], "wall_s": wall, "steps": len(train),
             "model": config_json["model_name"], "final_loss": train[-1]["loss"],
             "evals": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}}
+
+
+def _startup(train: dict) -> str:
+    """The first_step event's split (seqdsl/train/run.py), as `model/paths/data (wait)/step s; `."""
+    t = train.get("startup")
+    if not t:
+        return ""
+    return (f"start model {t['model']:.1f}, paths {t['plan']:.1f}, data {t['data']:.1f} (waited {t['data_wait']:.1f}), "
+            f"step {t['first_step']:.1f} s; ")
 
 
 def _flops_per_token(spec: str, args) -> float:
@@ -134,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workdir", default="/tmp/bench_train_command")
     p.add_argument("--no-bench", dest="bench", action="store_false",
                    help="only `seqdsl train`; ratios against transformer's run in this call")
+    p.add_argument("--cold-caches", action="store_true",
+                   help="each `seqdsl train` with empty caches of its own (time to first step as on a fresh machine)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     device = pick_device("auto")
@@ -174,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
                              if r["spec"] == "transformer" and "tokens_per_s" in r.get("train", {})), None)
                 row["vs_transformer"] = train["tokens_per_s"] / base if base else None
                 flops, ratio = row["flops_per_token"], f"{row['vs_transformer']:>5.2f}T" if base else f"{'':>6}"
-                paths = f"self-checks {train['selfcheck_s'] or 0:.1f} s; {train['paths']}"
+                paths = f"self-checks {train['selfcheck_s'] or 0:.1f} s; {_startup(train)}{train['paths']}"
             row["mfu_vs_gemm"] = mfu(train["tokens_per_s"], flops, gemm) if gemm else None
             bench_tps = f"{bench['tokens_per_s']:>12,.0f}" if args.bench else f"{'-':>12}"
             print(f"{spec:<20} {bench_tps} {train['tokens_per_s']:>12,.0f} {ratio} "
