@@ -12,7 +12,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from seqdsl.ir import support
-from seqdsl.kernels import top1
+from seqdsl.kernels import top1, topk_element
 from tests.kernels.keys import variant
 from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
 
@@ -35,6 +35,20 @@ def test_topk_element_kernels_match_reference(kind, k, T, groups, dims):
     H, HK = groups
     key = element_key(k, heads=H, kv_groups=HK, dk=dims[0], dv=dims[1], scale=0.25 if kind["data"] == "grid" else None)
     assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
+
+
+@pytest.mark.parametrize("groups, cap, scratch_rows", [(1, 16, None), (4, 16, 16), (64, 32, 16)],
+                         ids=["exact-bound", "overflow-merges-every-tile", "several-launches"])
+def test_the_selects_ways_to_a_choice_agree(monkeypatch, groups, cap, scratch_rows):
+    """The select (codegen/templates/topk_element.py.jinja) by each of its ways, against the
+    reference: a bound from single keys (exactly TOPK candidates), a bound over groups whose
+    candidates overflow a CAP of KSLOTS (every tile merged instead), and the queries selected in
+    several launches sharing one scratch of 16 rows."""
+    key = element_key(16, heads=2, kv_groups=1, dk=16, dv=16)
+    monkeypatch.setattr(topk_element, "bound_shape", lambda key: (groups, cap))
+    if scratch_rows:
+        monkeypatch.setattr(topk_element, "SCRATCH_BYTES", 8 * cap * 2 * scratch_rows)  # B * H = 2
+    assert_matches(key, make_inputs(1, 70, 2, 16, 16, kv_heads=1, data="float", magnitude=1.0, seed=5, duplicate=False))
 
 
 @pytest.mark.parametrize("device", DEVICES)
