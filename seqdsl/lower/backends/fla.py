@@ -15,6 +15,7 @@ from __future__ import annotations
 import functools
 import importlib
 import importlib.util
+import re
 
 import torch
 from torch import Tensor
@@ -85,23 +86,26 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
 _GATED_DQKWG = ("fla.chunk_simple_gla", "fla.chunk_gated_delta_rule")
 
 
+def _version(text: str) -> tuple[int, ...]:
+    """(3, 6, 0) from "3.6.0" (a local or dev suffix ignored)."""
+    return tuple(int(part) for part in re.findall(r"\d+", text.split("+")[0])[:3])
+
+
 @functools.lru_cache(maxsize=None)
 def known_refusal(op: str, decay: str) -> str:
     """fla's own guard, read ahead: gated chunk_bwd_dqkwg is wrong on Hopper with Triton in
     [3.4.0, 3.7.1) (fla issue #640), and fla raises in the backward pass unless its TileLang
     backend is installed (seen on an H100 with Triton 3.6: docs/lowering.md, the fla self-check).
-    "" when fla would not refuse."""
+    Decided from the GPU and Triton's version without importing fla (seconds on a fresh machine,
+    for a library that would not run). "" when fla would not refuse."""
     if op not in _GATED_DQKWG or decay == "none":
-        return ""
-    try:
-        from fla.utils import IS_NVIDIA_HOPPER, TRITON_ABOVE_3_4_0, TRITON_ABOVE_3_7_1
-    except ImportError:  # another fla version: let the self-check find out
         return ""
     if importlib.util.find_spec("tilelang") is not None:  # fla dispatches to TileLang instead
         return ""
-    if IS_NVIDIA_HOPPER and TRITON_ABOVE_3_4_0 and not TRITON_ABOVE_3_7_1:
-        import triton
+    import triton
 
+    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability()[0] == 9
+    if hopper and (3, 4, 0) <= _version(triton.__version__) < (3, 7, 1):
         return (f"fla's gated backward (chunk_bwd_dqkwg) is wrong on Hopper with Triton "
                 f"{triton.__version__} < 3.7.1 (fla #640); fla refuses it")
     return ""
@@ -163,9 +167,12 @@ class FlaBackend:
         return f"K={key.feature_dim} V={key.value_cols} decay={key.decay_shape}"
 
     def known_refusal(self, key: KernelKey, op: str) -> str:
+        """fla's refusal first (no import needed), then whether fla imports here."""
+        if importlib.util.find_spec("fla") is not None and (refusal := known_refusal(op, key.decay_shape)):
+            return refusal
         if not importable():
             return "flash-linear-attention is not importable here"
-        return known_refusal(op, key.decay_shape)
+        return ""
 
     def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
         return self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
