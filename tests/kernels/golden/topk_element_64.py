@@ -15,32 +15,79 @@ NONE = tl.constexpr(-9223372036854775807)  # below every key's rank: an empty sl
 
 
 @triton.jit
-def top64_element_b0d39900a977_select(Q, K, IDX, sqb, sqt, sqh, skb, skt, skh, T_Q, T_K, Q_OFF, H,
-        BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head); their TOPK best visible keys into IDX."""
+def top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC: tl.constexpr):
+    """Ranks (BLOCK_M, KSLOTS) int64 of the keys n0 .. n0 + KSLOTS - 1 for the queries at `pos`: the
+    score's bits made order-preserving, then the index reversed (larger: a higher score, on a tie
+    the lower index; every rank distinct); NONE where the key is not visible."""
+    offs_k = tl.arange(0, DK)
+    cols = n0 + tl.arange(0, KSLOTS)
+    kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None], mask=cols[None, :] < T_K, other=0.0)
+    raw = tl.dot(q, kt, input_precision=PREC) + 0.0  # + 0.0: -0.0 ranks as 0.0 (a tie, as in the reference)
+    bits = raw.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order = float order
+    rank = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - cols[None, :]).to(tl.int64)
+    return tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], rank, NONE)
+
+
+@triton.jit
+def top64_element_b0d39900a977_merge(best, rank, BLOCK_M: tl.constexpr):
+    """The KSLOTS largest of the running list and a tile of ranks (both (BLOCK_M, KSLOTS)), in
+    descending order: the two sorted together, the first half kept."""
+    both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * KSLOTS]), dim=1, descending=True)
+    return tl.max(tl.reshape(both, [BLOCK_M, 2, KSLOTS]), axis=1)  # sorted descending: position i >= i + KSLOTS
+
+
+@triton.jit
+def top64_element_b0d39900a977_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, skh, T_Q, T_K, Q_OFF, H, ROW0, R_SCR,
+        BLOCK_M: tl.constexpr, PREC: tl.constexpr, GROUPS: tl.constexpr, CAP: tl.constexpr):
+    """One program: BLOCK_M queries (from row ROW0 on) of one (batch, head); their TOPK best visible
+    keys into IDX. SCR (B*H, R_SCR, CAP) int64 holds each row's candidates."""
     bh = tl.program_id(0)
     pid = tl.program_id(1)
     b = bh // H
     h = bh % H
     hk = h // GROUP
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    local = pid * BLOCK_M + tl.arange(0, BLOCK_M)  # the row in this launch's scratch
+    rows = ROW0 + local
     live = rows < T_Q
     pos = rows + Q_OFF
     offs_k = tl.arange(0, DK)
     slots = tl.arange(0, KSLOTS)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
+    last = tl.minimum(T_K, ROW0 + pid * BLOCK_M + BLOCK_M + Q_OFF)  # past the block's last visible key
+    # 1. a bound: the keys fall in groups (key n in group n mod KSLOTS of its span of KSLOTS * GROUPS);
+    #    tau, the TOPK-th best group maximum, has TOPK groups at or above it, so at least TOPK keys:
+    #    the TOPK best keys are all >= tau, and every key >= tau lies in those TOPK groups
     best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-    last = tl.minimum(T_K, pid * BLOCK_M + BLOCK_M + Q_OFF)  # past the block's last visible key
+    for n0 in range(0, last, KSLOTS * GROUPS):
+        group_max = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
+        for n1 in range(n0, tl.minimum(n0 + KSLOTS * GROUPS, last), KSLOTS):
+            group_max = tl.maximum(group_max, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n1, pos, live, T_K, PREC))
+        best = top64_element_b0d39900a977_merge(best, group_max, BLOCK_M)
+    tau = tl.max(tl.where(slots[None, :] == TOPK - 1, best, NONE), 1)  # NONE: fewer than TOPK keys visible
+    # 2. the keys ranked >= tau, compacted into the row's scratch in key order (usually a few more
+    #    than TOPK; the count is exact even past CAP)
+    caps = tl.arange(0, CAP)
+    scr = SCR + (bh * R_SCR + local[:, None]) * CAP
+    count = tl.zeros([BLOCK_M], tl.int32)
     for n0 in range(0, last, KSLOTS):
-        cols = n0 + slots
-        kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None], mask=cols[None, :] < T_K, other=0.0)
-        raw = tl.dot(q, kt, input_precision=PREC) + 0.0  # + 0.0: -0.0 ranks as 0.0 (a tie, as in the reference)
-        bits = raw.to(tl.int32, bitcast=True)
-        ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order = float order
-        rank = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - cols[None, :]).to(tl.int64)
-        rank = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], rank, NONE)
-        both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * KSLOTS]), dim=1, descending=True)
-        best = tl.max(tl.reshape(both, [BLOCK_M, 2, KSLOTS]), axis=1)  # the first half: the KSLOTS largest
+        rank = top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC)
+        hit = (rank != NONE) & (rank >= tau[:, None])
+        at = count[:, None] + tl.cumsum(hit.to(tl.int32), 1) - 1
+        tl.store(scr + at, rank, mask=hit & (at < CAP))
+        count += tl.sum(hit.to(tl.int32), 1)
+    if tl.max(count) <= CAP:
+        # 3. the candidates sorted once: the TOPK best (slots past a row's count read as NONE)
+        tl.debug_barrier()  # the block's stores above, by other threads, are read below
+        cand = tl.load(scr + caps[None, :], mask=caps[None, :] < count[:, None], other=NONE)
+        ranked = tl.sort(cand, dim=1, descending=True)
+        best = tl.max(tl.reshape(ranked, [BLOCK_M, CAP // KSLOTS, KSLOTS]), axis=1)
+    else:
+        # a row with more candidates than CAP (scores that crowd a few groups): every visible key
+        # merged into the running list, one sorted tile at a time
+        best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
+        for n0 in range(0, last, KSLOTS):
+            best = top64_element_b0d39900a977_merge(best, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC), BLOCK_M)
     idx = tl.where(best != NONE, 0x7FFFFFFF - (best & 0xFFFFFFFF), -1).to(tl.int32)
     tl.store(IDX + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], idx, mask=live[:, None] & (slots[None, :] < TOPK))
 
