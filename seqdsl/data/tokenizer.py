@@ -71,8 +71,11 @@ class FileTokenizer:
         return len(self._tok.decode(ids, skip_special_tokens=False).encode("utf-8"))
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        """The same ids as `encode` per text, tokenized on every core (the Rust library's threads)."""
-        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+        """The same ids as `encode` per text, tokenized on every core (the Rust library's threads);
+        `encode_batch_fast` (tokenizers >= 0.20) skips the character offsets, which nothing here
+        reads: a fifth less time on the blog shards."""
+        encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
+        return [e.ids for e in encode(texts, add_special_tokens=False)]
 
     def digest(self) -> str:
         """The SHA-256 of the tokenizer file's bytes: a renamed copy is the same tokenizer, an

@@ -53,3 +53,13 @@ def test_gpt_neox_tokenizer_covers_every_id():
     tok = load_tokenizer(str(NEOX))
     assert tok.vocab_size == 50281 and tok.eos_id == 0  # added tokens run up to id 50280
     assert len(tok.encode("Hello world, this is a test.")) < 10
+
+
+@pytest.mark.skipif(not NEOX.is_file(), reason="the shared GPT-NeoX-20B tokenizer.json is not on this machine")
+def test_batch_encoding_gives_each_texts_own_ids():
+    """`encode_batch` (the token cache's, on every core, without character offsets) against
+    `encode` one text at a time, on text where offsets are not trivial (multi-byte characters,
+    whitespace runs, an empty text)."""
+    tok = load_tokenizer(str(NEOX))
+    texts = ["Hello world, this is a test.", "", "naïve café — 東京 🚀\n\n\tend", "  spaced   out  " * 20]
+    assert tok.encode_batch(texts) == [tok.encode(t) for t in texts]
