@@ -2,7 +2,7 @@
 
     python benchmarks/bench_train.py [--specs transformer,mamba2,...] [--preset 110m] [--seq 2048]
                                      [--batch 8] [--micro-batch M] [--steps 10] [--compile [--cuda-graphs]]
-                                     [--reference-recurrent] [--tf32] [--out FILE.json]
+                                     [--reference-recurrent] [--no-tf32] [--out FILE.json]
     python benchmarks/bench_train.py --smoke      # tiny sizes, 2 steps, CPU: checks the script runs
 
 One step = forward + backward + clipping + AdamW update of the whole language model at the
@@ -140,9 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cuda-graphs", action="store_true", help="with --compile: replay them as CUDA graphs")
     p.add_argument("--reference-recurrent", action="store_true",
                    help="recurrent mixers on their chunked PyTorch reference (default: the planner's choice)")
-    p.add_argument("--tf32", action="store_true",
-                   help="let float32 matmuls use TF32 (the recurrent reference computes in float32 under "
-                        "bf16 autocast); default: torch's, full float32")
+    p.add_argument("--tf32", action=argparse.BooleanOptionalAction, default=RunConfig().tf32,
+                   help="float32 matmuls on TF32 (the recurrent reference computes in float32 under bf16 "
+                        "autocast); default: seqdsl train's (RunConfig.tf32)")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, 2 steps, on CPU")
     p.add_argument("--out", default=None)
@@ -151,8 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.device = args.device or "cpu"
     device = pick_device(args.device or "auto")
-    if args.tf32:
-        torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) / 1e12 if device.type == "cuda" else None
     peak = peak_bf16_flops(device_name)

@@ -45,6 +45,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_train import bench_spec, spec_at  # noqa: E402
 from seqdsl.eval.gemm import measure_gemm_rate  # noqa: E402
 from seqdsl.ir.flops import mfu  # noqa: E402
+from seqdsl.run.config import RunConfig  # noqa: E402
 from seqdsl.run.device import pick_device  # noqa: E402
 from seqdsl.train.throughput import training_flops_per_token  # noqa: E402
 
@@ -162,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="each `seqdsl train` with empty caches of its own (time to first step as on a fresh machine)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = RunConfig().tf32  # the benchmark half as `seqdsl train` runs
     device = pick_device("auto")
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     gemm = measure_gemm_rate(device) if device.type == "cuda" else None

@@ -127,6 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 64, batch 2, eager and blocks, CPU")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
+    torch.backends.cuda.matmul.allow_tf32 = RunConfig().tf32  # as `seqdsl train` runs
     if args.smoke:
         args.preset, args.seq, args.batch, args.steps, args.warmup = "tiny", 64, 2, 2, 1
         args.variants, args.profile_steps = "eager", 1

@@ -80,6 +80,10 @@ class RunConfig(BaseModel):
     log_every: int = Field(10, gt=0)
     device: str = "auto"  # auto = cuda if available, else cpu
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # autocast dtype; auto = bf16 on cuda
+    # on CUDA, float32 matmuls on TF32 tensor cores (float32's range, a 10-bit mantissa; what
+    # fla's and mamba-ssm's Triton dots already use): under bf16 autocast these are the chunked
+    # recurrences' float32 algebra (docs/training.md); false keeps them in full float32
+    tf32: bool = True
     compile: bool = False  # torch.compile the model's blocks and the loss head (compile_scope: how the blocks are)
     # with compile, on CUDA: replay each compiled piece as a CUDA graph (torch.compile's
     # "reduce-overhead"), so a step no longer waits on hundreds of kernel launches

@@ -4,6 +4,8 @@ resolve data here, so both score the same held-out text."""
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import sys
 from dataclasses import dataclass
 
@@ -79,6 +81,14 @@ class RunData:
         """The held-out evaluation set of every evaluated domain (seqdsl/data/heldout.py)."""
         return build_eval_sets(self.source, tokenizer, self.eval_domains, self.train_domains,
                                heldout=self.config.heldout, max_tokens=self.config.eval_tokens)
+
+
+def import_readers() -> None:
+    """Import the libraries that read shards (HF `datasets`, when installed) on the calling
+    thread: a run reads its data on a thread of its own while the main one plans the model's
+    paths, and both importing at once is how lazily loaded modules are seen half-made."""
+    if importlib.util.find_spec("datasets") is not None:
+        importlib.import_module("datasets")
 
 
 def make_source(data: DataConfig) -> DocumentSource:

@@ -31,7 +31,7 @@ from seqdsl.lower import verdicts
 from seqdsl.lower.lm import LanguageModel, path_lines
 from seqdsl.run import checkpoint
 from seqdsl.run.config import RunConfig
-from seqdsl.run.data import RunData, resolve_data
+from seqdsl.run.data import RunData, import_readers, resolve_data
 from seqdsl.run.device import autocast_dtype, device_kind, pick_device
 from seqdsl.run.digest import config_digest
 from seqdsl.run.records import evaluate_records
@@ -82,11 +82,14 @@ def train(config: RunConfig, out: Path, *, resume: bool = False, show_progress: 
     the command started, for the time-to-first-step event (default: this call)."""
     d = distributed.init(device_kind(config.device))
     failed = True
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = config.tf32  # CUDA only; the process's setting is put back
     try:
         steps = _train(config, out, d, resume=resume, show_progress=show_progress and d.main, launched=launched)
         failed = False
         return steps
     finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
         distributed.shutdown(d, failed=failed)
 
 
@@ -247,7 +250,15 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
                                                             show_progress=show_progress, say=say))
         return stream, data.heldout_sets(tokenizer)  # every process scores its share of the batches
 
-    reading = Ahead(read_data, background=d.world == 1, name="seqdsl-data")
+    background = d.world == 1
+    if background:
+        # whatever both threads would import is imported here first: the backends' libraries (fla;
+        # mamba-ssm and through it transformers, a lazily loaded module that `datasets` looks up
+        # once it is in sys.modules: half-imported by planning, a shard read failed with "module
+        # 'transformers' has no attribute 'PreTrainedTokenizerBase'" on an H200) and the readers
+        lm.describe_paths(device)
+        import_readers()
+    reading = Ahead(read_data, background=background, name="seqdsl-data")
     parallel, optimizer = _wrap(config, lm, d, device, amp)
     t_plan = time.perf_counter()
     position = _restore(loaded, lm, optimizer)

@@ -165,6 +165,29 @@ def test_the_data_is_read_beside_the_path_planning_and_the_first_step_says_where
     assert f"model {startup['model']:.1f} s" in first["detail"]
 
 
+def test_the_libraries_are_imported_before_the_data_thread_starts(tmp_path, monkeypatch):
+    """Planning's imports (the backends' libraries, through the static path plan) and the shard
+    readers' happen on the main thread before the data thread starts: a library imported on both
+    at once (transformers, lazily loaded, under mamba-ssm and `datasets`) was seen half-made."""
+    import threading
+
+    from seqdsl.lower.lm import LanguageModel
+    from seqdsl.run.data import RunData
+
+    order = []
+    describe, stream = LanguageModel.describe_paths, RunData.training_stream
+    monkeypatch.setattr(LanguageModel, "describe_paths",
+                        lambda self, device: order.append(("describe", threading.current_thread().name))
+                        or describe(self, device))
+    monkeypatch.setattr(seqdsl.train.run, "import_readers",
+                        lambda: order.append(("readers", threading.current_thread().name)))
+    monkeypatch.setattr(RunData, "training_stream", lambda self, *a, **k: order.append(
+        ("stream", threading.current_thread().name)) or stream(self, *a, **k))
+    assert main(micro_run_args(tmp_path, steps=2) + ["--out", str(tmp_path / "run")]) == 0
+    main_thread = threading.main_thread().name
+    assert order[:3] == [("describe", main_thread), ("readers", main_thread), ("stream", "seqdsl-data")]
+
+
 @pytest.mark.slow  # the README's recipe in a fresh interpreter, twice: 20-40 s on 2 cores
 def test_sigint_to_seqdsl_train_says_one_line_and_keeps_the_run_resumable(tmp_path):
     steps = 40
@@ -218,3 +241,20 @@ def test_the_run_logs_the_path_every_layer_took(tmp_path):
     assert paths[0]["detail"] == "layers 0  attn: sdpa.causal (softmax attention, is_causal)"  # the micro model: one layer
     assert path_lines([(0, "a", "sdpa.causal", "why"), (1, "a", "sdpa.causal", "why"), (2, "b", "reference.chunked", "cpu")]) == [
         "layers 0-1  a: sdpa.causal (why)", "layers 2    b: reference.chunked (cpu)"]
+
+
+@pytest.mark.parametrize("tf32", [True, False])
+def test_the_tf32_setting_holds_for_the_run_and_is_put_back(tmp_path, monkeypatch, tf32):
+    """`tf32` (RunConfig) sets torch's float32-matmul flag for the run (CUDA reads it; the chunked
+    recurrences' float32 algebra is what it changes) and restores the process's own afterwards."""
+    import torch
+
+    seen = []
+    real = seqdsl.train.run._train
+    monkeypatch.setattr(seqdsl.train.run, "_train",
+                        lambda *a, **k: seen.append(torch.backends.cuda.matmul.allow_tf32) or real(*a, **k))
+    before = torch.backends.cuda.matmul.allow_tf32
+    args = micro_run_args(tmp_path, steps=2) + ["--out", str(tmp_path / "run"), "--set", f"tf32={str(tf32).lower()}"]
+    assert main(args) == 0
+    assert seen == [tf32]
+    assert torch.backends.cuda.matmul.allow_tf32 == before
