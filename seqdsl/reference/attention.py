@@ -106,11 +106,19 @@ def attention_scores(
     scale: float,
     alibi_slopes: Tensor | None = None,
     bias: Tensor | None = None,
+    shared_key: bool = False,
 ) -> Tensor:
-    """(B, H, T, T) raw scores s_ij (step (1)), before masking and temperature."""
+    """(B, H, T, T) raw scores s_ij (step (1)), before masking and temperature. `shared_key`:
+    every key is the same vector (`relation = const_keys`), k[:, 0]; each query is scored once
+    and the score repeated over the keys, so their ties are exact (a blocked matrix product may
+    round one column of identical keys differently: MKL did in float64 on an AMD EPYC, and a
+    top-1 selection then picked key 12 instead of key 0)."""
     T = q.shape[1]
     # (1a) content relation: scaled dot product of query i with key j, per head.
-    s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
+    if shared_key:
+        s = (torch.einsum("bihd,bhd->bhi", q, k[:, 0]) * scale)[..., None].expand(-1, -1, -1, k.shape[1])
+    else:
+        s = torch.einsum("bihd,bjhd->bhij", q, k) * scale
     # (1b) ALiBi: a fixed per-head linear distance penalty.
     if alibi_slopes is not None:
         s = s + alibi_bias(alibi_slopes.to(device=s.device, dtype=s.dtype), T)

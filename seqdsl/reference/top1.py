@@ -108,13 +108,15 @@ def topk_element_ref(
     window: int | None = None,
     sink: int = 0,
     alibi_slopes: Tensor | None = None,
+    shared_key: bool = False,
 ) -> Tensor:
-    """(B, T, H, Dv) Top-k element selection; gradients as defined in the module docstring."""
+    """(B, T, H, Dv) Top-k element selection; gradients as defined in the module docstring.
+    `shared_key`: every key is k[:, 0] (`attention_scores`)."""
     _check_qkv(q, k, v)
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     T = q.shape[1]
-    s = attention_scores(q, k, scale=scale, alibi_slopes=alibi_slopes)
+    s = attention_scores(q, k, scale=scale, alibi_slopes=alibi_slopes, shared_key=shared_key)
     visible = visibility_mask(T, window=window, device=q.device, sink=sink)
     z = (s / temperature).masked_fill(~visible, _NEG_INF)
 
@@ -179,8 +181,10 @@ def topk_chunk_ref(
     score: Literal["max", "mean", "lse"] = "max",
     local: bool = True,
     grad: Literal["ste", "none"] = "ste",
+    shared_key: bool = False,
 ) -> Tensor:
-    """(B, T, H, Dv) Top-k chunk selection; semantics and gradients in the module docstring."""
+    """(B, T, H, Dv) Top-k chunk selection; semantics and gradients in the module docstring.
+    `shared_key`: every key is k[:, 0] (`attention_scores`)."""
     _check_qkv(q, k, v)
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
@@ -190,7 +194,7 @@ def topk_chunk_ref(
         raise ValueError(f"unknown grad {grad!r}")
     T = q.shape[1]
     n_chunks = math.ceil(T / chunk)
-    s = attention_scores(q, k, scale=scale)
+    s = attention_scores(q, k, scale=scale, shared_key=shared_key)
     visible = visibility_mask(T, device=q.device)
     pos_chunk = torch.arange(T, device=q.device) // chunk  # chunk of token t, as query or key
     chunk_ids = torch.arange(n_chunks, device=q.device)
@@ -227,9 +231,10 @@ def selection_ref(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, alibi_slop
     sel = key.select
     if sel is None:
         raise ValueError(f"{key.slug()} selects nothing (key.select is None)")
+    shared_key = key.relation == "const_keys"  # ties by construction: kept exact
     if sel.over == "element":
         return topk_element_ref(q, k, v, scale=key.scale, k_top=sel.k, temperature=key.temperature, grad=sel.grad,
                                 value_grad=sel.value_grad, window=sliding_window(key), sink=key.sink,
-                                alibi_slopes=alibi_slopes)
+                                alibi_slopes=alibi_slopes, shared_key=shared_key)
     return topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                          score=sel.score, local=sel.local, grad=sel.grad)
+                          score=sel.score, local=sel.local, grad=sel.grad, shared_key=shared_key)

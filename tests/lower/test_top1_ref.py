@@ -333,3 +333,25 @@ def test_runs_forward_backward_on_device(device, dtype, family):
     golden = run_family(family, *(t.detach().cpu().double() for t in (q, k, v)))
     tol = 1e-4 if dtype == torch.float32 else 1e-10
     torch.testing.assert_close(out.detach().cpu().double(), golden, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_one_shared_key_selects_the_earliest_keys_exactly(dtype):
+    """With every key the same vector (`relation = const_keys`, `shared_key`), every visible key
+    of a query scores the same: top-k picks the k earliest, exactly, whatever the matrix product's
+    rounding (a blocked product rounded one column of identical keys differently in float64 on an
+    AMD EPYC, and top-1 picked key 12). The output is then the mean of the first k values."""
+    q, _, v = make_qkv(B=1, T=16, H=2, Dk=16, Dv=5, seed=3)
+    q, v = q.to(dtype), v.to(dtype)
+    key = torch.randn(2, 16, dtype=dtype)
+    k = key.expand(1, 16, 2, 16)
+    for k_top in (1, 3):
+        got = topk_element_ref(q, k, v, scale=0.25, k_top=k_top, grad="none", shared_key=True)
+        counts = torch.arange(16).clamp(max=k_top - 1) + 1  # query i sees i + 1 keys, takes the first min(k, i + 1)
+        want = torch.stack([v[:, :n].mean(1) for n in counts.tolist()], 1)
+        assert torch.allclose(got, want, atol=1e-6, rtol=1e-6), k_top
+    chunked = topk_chunk_ref(q, k, v, chunk=4, scale=0.25, k_top=1, grad="none", score="mean", shared_key=True)
+    # each query attends chunk 0 (the earliest of the tied candidates) and its own chunk up to itself
+    for i in range(4, 16):
+        keys = list(range(4)) + list(range(i // 4 * 4, i + 1))
+        assert torch.allclose(chunked[:, i], v[:, keys].mean(1), atol=1e-6), i
