@@ -172,9 +172,9 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 
 
 def triton(key: KernelKey) -> Support:
-    """The generated selection kernels: element selection with k = 1 (STE or none, a window and
-    its sinks), element selection with 2 <= k <= 64 without gradient through the choice over all
-    earlier keys; chunk selection with 1 <= k <= 16, with the STE gate or without."""
+    """The generated selection kernels: element selection with k = 1 (STE or none) and with
+    2 <= k <= 64 without gradient through the choice, over all earlier keys or a window and its
+    sinks; chunk selection with 1 <= k <= 16, with the STE gate or without."""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
@@ -188,10 +188,6 @@ def triton(key: KernelKey) -> Support:
             return _no("triton", f"top-{sel.k} element selection with the STE: the generated top-k element "
                                  "kernels take no gradient through the choice (grad = none, as DeepSeek's sparse "
                                  "attention trains); top(1) has the STE", ("select", "grad"), "`grad = none`")
-        if key.visibility != "full":
-            return _no("triton", f"top-{sel.k} element selection under `visibility = {key.visibility}`: the "
-                                 "generated top-k element kernels select among all earlier keys (top(1) takes a "
-                                 "window and its sinks)", ("visibility",), "`visibility = full`")
     elif sel.k > TRITON_TOPK_MAX:
         return _no("triton", f"top-{sel.k}: the generated chunk kernels keep at most {TRITON_TOPK_MAX} chunks "
                              "per query (a running list in registers)", ("select", "k"), f"`k` of at most {TRITON_TOPK_MAX}")

@@ -44,7 +44,8 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     kernels = {node.name.removeprefix(key.slug() + "_") for node in tree.body if isinstance(node, ast.FunctionDef)}
     sel = key.select
     if sel.over == "element" and sel.k > 1:  # top-k elements (grad = none); ranks, merge, gather, softmax: helpers
-        expected = {"select", "ranks", "merge", "gather", "softmax", "attn_fwd", "attn_bwd"}
+        expected = {"select", "ranks", "merge", "bound", "collect", "merge_tiles", "gather", "softmax", "attn_fwd",
+                    "attn_bwd"}
     elif sel.over == "element":
         expected = {"fwd"} | ({"bwd_delta", "bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
         expected |= {"value_grad"} if sel.grad == "none" or sel.value_grad == "hard" else set()

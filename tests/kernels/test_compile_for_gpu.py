@@ -24,7 +24,8 @@ from tests.kernels.test_top1_kernels import make_inputs
 
 def _keys():
     """(name, key, kv_heads, element backward with dq fused) covering each template's branches:
-    element (windowed with sinks, both backward layouts), top-k element, chunk Exact/Approx with and without the
+    element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks), chunk
+    Exact/Approx with and without the
     gate and the own chunk, top-k chunk with each score and gradient, grouped heads."""
     element = variant("top1_element", dk=16, dv=16)
     yield "element", element, 2, 0
@@ -33,6 +34,8 @@ def _keys():
     yield "element_no_grad", variant("top1_element", dk=16, dv=16, grad="none"), 2, 0
     for k in (8, 64):  # top-k elements: a 16-wide and a 64-wide sorted list
         yield f"element_top{k}", variant("top1_element", dk=16, dv=32, k=k, grad="none"), 2, 0
+    yield "element_top8_window_sink", dataclasses.replace(variant("top1_element", dk=16, dv=32, k=8, grad="none"),
+                                                          visibility="window", window=5, sink=2), 2, 0
     for base in ("top1_chunk_exact", "top1_chunk_approx"):
         yield base, variant(base, dk=16, dv=32, chunk=16), 2, 0
         yield f"{base}_no_local_no_grad", variant(base, dk=16, dv=32, chunk=16, local=False, grad="none"), 2, 0

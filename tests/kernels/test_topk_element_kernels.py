@@ -37,6 +37,33 @@ def test_topk_element_kernels_match_reference(kind, k, T, groups, dims):
     assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
 
 
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([2, 5, 17]), T=st.sampled_from([1, 9, 40, 70]),
+       window=st.sampled_from([1, 3, 16, 21, 50]), sink=st.sampled_from([0, 1, 4, 17]))
+# a window of one key (the query itself) with sinks and ties among duplicated keys; sinks over a
+# whole tile of 16 and a window starting inside the sink tiles
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=45), k=5, T=70, window=1, sink=4)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=46), k=17, T=70, window=21, sink=17)
+def test_topk_element_kernels_with_a_window_and_sinks_match_reference(kind, k, T, window, sink):
+    """`visibility = window(w, sink = n)` under top-k element selection: the k best among the
+    window's keys and the first n (the reference's visibility_mask); grouped heads are the test
+    above's (the window does not touch them)."""
+    key = dataclasses.replace(element_key(k, heads=2, kv_groups=1, scale=0.25 if kind["data"] == "grid" else None),
+                              visibility="window", window=window, sink=sink)
+    assert_matches(key, make_inputs(1, T, 2, 16, 16, kv_heads=1, **kind))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_topk_element_decode_with_a_window_and_sinks(device):
+    """Decoding (one query at L - 1) sees the same window and sinks as the full forward's last row."""
+    key = dataclasses.replace(element_key(3, heads=2, kv_groups=1, scale=0.25), visibility="window", window=7, sink=2)
+    for L in (1, 5, 9, 40):
+        q, k, v, _ = make_inputs(1, L, 2, 16, 16, kv_heads=1, data="grid", magnitude=1.0, seed=L, duplicate=True)
+        want = top1.reference(key, q.double(), k.double(), v.double())[:, -1:]
+        got = top1.decode(key, *(t.to(device) for t in (q[:, -1:], k, v)))
+        assert ((got.double().cpu() - want).norm() / want.norm()).item() < 1e-6, L
+
+
 @pytest.mark.parametrize("groups, cap, scratch_rows", [(1, 16, None), (4, 16, 16), (64, 32, 16)],
                          ids=["exact-bound", "overflow-merges-every-tile", "several-launches"])
 def test_the_selects_ways_to_a_choice_agree(monkeypatch, groups, cap, scratch_rows):
@@ -72,8 +99,8 @@ def test_support_table_admits_top_k_elements_without_gradient_up_to_64():
     assert "at most 64" in support.triton(element_key(65)).reason
     ste = variant("top1_element", dk=16, dv=16, k=4, grad="ste")
     assert "grad = none" in support.triton(ste).fix and not support.triton(ste).ok
-    window = dataclasses.replace(element_key(4), visibility="window", window=8)
-    assert "visibility = window" in support.triton(window).reason
+    window = dataclasses.replace(element_key(4), visibility="window", window=8, sink=2)
+    assert support.triton(window).op == "triton.topk_element"
 
 
 def test_the_top_k_element_ops_pass_opcheck():

@@ -11,6 +11,9 @@ GRAD_SCALE = tl.constexpr(0.125)
 GROUP = tl.constexpr(1)
 TOPK = tl.constexpr(64)
 KSLOTS = tl.constexpr(64)
+WINDOW = tl.constexpr(0)  # the sliding window's size; 0: every earlier key (visibility = full)
+SINK = tl.constexpr(0)  # the first SINK keys stay visible besides the window
+SINK_END = tl.constexpr(-(-0 // 64) * 64)  # the sink tokens' tiles end here
 NONE = tl.constexpr(-9223372036854775807)  # below every key's rank: an empty slot
 
 
@@ -38,6 +41,42 @@ def top64_element_b0d39900a977_merge(best, rank, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
+def top64_element_b0d39900a977_bound(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
+        PREC: tl.constexpr, GROUPS: tl.constexpr):
+    """`best` merged with the maxima of the key groups of tiles lo .. hi (lo a multiple of KSLOTS):
+    key n is in group n mod KSLOTS of its span of KSLOTS * GROUPS keys."""
+    for n0 in range(lo, hi, KSLOTS * GROUPS):
+        group_max = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
+        for n1 in range(n0, tl.minimum(n0 + KSLOTS * GROUPS, hi), KSLOTS):
+            group_max = tl.maximum(group_max, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n1, pos, live, T_K, PREC))
+        best = top64_element_b0d39900a977_merge(best, group_max, BLOCK_M)
+    return best
+
+
+@triton.jit
+def top64_element_b0d39900a977_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, PREC: tl.constexpr,
+        CAP: tl.constexpr):
+    """The keys of tiles lo .. hi ranked >= tau appended to each row's scratch `scr` (the first CAP
+    of them; `count`, returned, counts them all)."""
+    for n0 in range(lo, hi, KSLOTS):
+        rank = top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC)
+        hit = (rank != NONE) & (rank >= tau[:, None])
+        at = count[:, None] + tl.cumsum(hit.to(tl.int32), 1) - 1
+        tl.store(scr + at, rank, mask=hit & (at < CAP))
+        count += tl.sum(hit.to(tl.int32), 1)
+    return count
+
+
+@triton.jit
+def top64_element_b0d39900a977_merge_tiles(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
+        PREC: tl.constexpr):
+    """`best` merged with every key of tiles lo .. hi, one sorted tile at a time."""
+    for n0 in range(lo, hi, KSLOTS):
+        best = top64_element_b0d39900a977_merge(best, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC), BLOCK_M)
+    return best
+
+
+@triton.jit
 def top64_element_b0d39900a977_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, skh, T_Q, T_K, Q_OFF, H, ROW0, R_SCR,
         BLOCK_M: tl.constexpr, PREC: tl.constexpr, GROUPS: tl.constexpr, CAP: tl.constexpr):
     """One program: BLOCK_M queries (from row ROW0 on) of one (batch, head); their TOPK best visible
@@ -54,28 +93,27 @@ def top64_element_b0d39900a977_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, s
     offs_k = tl.arange(0, DK)
     slots = tl.arange(0, KSLOTS)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-    last = tl.minimum(T_K, ROW0 + pid * BLOCK_M + BLOCK_M + Q_OFF)  # past the block's last visible key
-    # 1. a bound: the keys fall in groups (key n in group n mod KSLOTS of its span of KSLOTS * GROUPS);
-    #    tau, the TOPK-th best group maximum, has TOPK groups at or above it, so at least TOPK keys:
-    #    the TOPK best keys are all >= tau, and every key >= tau lies in those TOPK groups
+    first = ROW0 + pid * BLOCK_M + Q_OFF  # the block's first query position
+    last = tl.minimum(T_K, first + BLOCK_M)  # past the block's last visible key
+    # the tiles scanned: with a window, the sink tokens' [0, sink_end) and the window's [start,
+    # last), start at the tile of the first query's oldest visible key; without one, [0, last)
+    sink_end = tl.minimum(SINK_END, last)
+    start = 0
+    if WINDOW > 0:
+        start = tl.maximum(sink_end, tl.maximum(first - WINDOW + 1, 0) // KSLOTS * KSLOTS)
+    # 1. a bound: tau, the TOPK-th best group maximum, has TOPK groups at or above it, so at least
+    #    TOPK keys: the TOPK best keys are all >= tau, and every key >= tau lies in those TOPK groups
     best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-    for n0 in range(0, last, KSLOTS * GROUPS):
-        group_max = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-        for n1 in range(n0, tl.minimum(n0 + KSLOTS * GROUPS, last), KSLOTS):
-            group_max = tl.maximum(group_max, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n1, pos, live, T_K, PREC))
-        best = top64_element_b0d39900a977_merge(best, group_max, BLOCK_M)
+    best = top64_element_b0d39900a977_bound(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC, GROUPS)
+    best = top64_element_b0d39900a977_bound(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC, GROUPS)
     tau = tl.max(tl.where(slots[None, :] == TOPK - 1, best, NONE), 1)  # NONE: fewer than TOPK keys visible
     # 2. the keys ranked >= tau, compacted into the row's scratch in key order (usually a few more
     #    than TOPK; the count is exact even past CAP)
     caps = tl.arange(0, CAP)
     scr = SCR + (bh * R_SCR + local[:, None]) * CAP
     count = tl.zeros([BLOCK_M], tl.int32)
-    for n0 in range(0, last, KSLOTS):
-        rank = top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC)
-        hit = (rank != NONE) & (rank >= tau[:, None])
-        at = count[:, None] + tl.cumsum(hit.to(tl.int32), 1) - 1
-        tl.store(scr + at, rank, mask=hit & (at < CAP))
-        count += tl.sum(hit.to(tl.int32), 1)
+    count = top64_element_b0d39900a977_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, PREC, CAP)
+    count = top64_element_b0d39900a977_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, PREC, CAP)
     if tl.max(count) <= CAP:
         # 3. the candidates sorted once: the TOPK best (slots past a row's count read as NONE)
         tl.debug_barrier()  # the block's stores above, by other threads, are read below
@@ -86,8 +124,8 @@ def top64_element_b0d39900a977_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, s
         # a row with more candidates than CAP (scores that crowd a few groups): every visible key
         # merged into the running list, one sorted tile at a time
         best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-        for n0 in range(0, last, KSLOTS):
-            best = top64_element_b0d39900a977_merge(best, top64_element_b0d39900a977_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC), BLOCK_M)
+        best = top64_element_b0d39900a977_merge_tiles(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC)
+        best = top64_element_b0d39900a977_merge_tiles(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC)
     idx = tl.where(best != NONE, 0x7FFFFFFF - (best & 0xFFFFFFFF), -1).to(tl.int32)
     tl.store(IDX + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], idx, mask=live[:, None] & (slots[None, :] < TOPK))
 
