@@ -24,9 +24,9 @@ from tests.kernels.test_top1_kernels import make_inputs
 
 def _keys():
     """(name, key, kv_heads, element backward with dq fused) covering each template's branches:
-    element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks), chunk
-    Exact/Approx with and without the
-    gate and the own chunk, top-k chunk with each score and gradient, grouped heads."""
+    element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks),
+    chunk Exact/Approx with and without the gate and the own chunk, top-k chunk with each score and
+    gradient, grouped heads."""
     element = variant("top1_element", dk=16, dv=16)
     yield "element", element, 2, 0
     yield "element_fused_dq", element, 2, 1
