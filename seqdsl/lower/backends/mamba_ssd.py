@@ -308,10 +308,10 @@ def grouped_step(m, S: Tensor | None, G: int, kernel=None) -> tuple[Tensor, Tens
 def _inputs(K: int, V: int, G: int, H: int, decay: bool, dtype: torch.dtype, device: torch.device,
             T: int = CHUNK + 16):
     """Random inputs in mamba's layout, shaped like a real call: T over one chunk and not a
-    multiple of it, G groups shared by H heads, an initial state. T is a multiple of 16, as
-    the usual training lengths are: Triton compiles a kernel once per divisibility of its integer arguments
-    by 16, so the kernels the check compiled (272 steps; 300 before) are the ones the first
-    training step then runs, not compiled again."""
+    multiple of it, G groups shared by H heads, an initial state. T is a multiple of 16, as the
+    usual training lengths are: Triton compiles a kernel once per divisibility of its integer
+    arguments by 16, so the kernels the check compiled (272 steps; 300 before) are the ones the
+    first training step then runs, not compiled again."""
     draw = selfcheck.Draws(device)
     rnd = draw.normal
     B = 1
