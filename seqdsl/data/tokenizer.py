@@ -73,7 +73,7 @@ class FileTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """The same ids as `encode` per text, tokenized on every core (the Rust library's threads);
         `encode_batch_fast` (tokenizers >= 0.20) skips the character offsets, which nothing here
-        reads: a fifth less time on the blog shards."""
+        reads: 18% less time on 4,000 blog documents (2 cores, 1.60 s against 1.96 s)."""
         encode = getattr(self._tok, "encode_batch_fast", self._tok.encode_batch)
         return [e.ids for e in encode(texts, add_special_tokens=False)]
 
