@@ -119,11 +119,16 @@ def test_the_top_k_element_ops_pass_opcheck():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("k", [16, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_topk_element_kernels_on_gpu_at_large_shapes(k, dtype):
-    """Compiled for the GPU at its tiles: k of 2,125 keys, four query heads on two key/value heads."""
+@pytest.mark.parametrize("window, sink", [(None, 0), (700, 20)], ids=["full", "window700-sink20"])
+def test_topk_element_kernels_on_gpu_at_large_shapes(k, dtype, window, sink):
+    """Compiled for the GPU at its tiles: k of 2,125 keys (or of a 700-key window and 20 sink
+    tokens, the sinks inside a tile the window also reaches early on), four query heads on two
+    key/value heads."""
     key = element_key(k, heads=4, kv_groups=2, dk=64, dv=64)
+    if window is not None:
+        key = dataclasses.replace(key, visibility="window", window=window, sink=sink)
     inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
                          dtype=dtype)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
-    print(f"top-{k} element D=64 {dtype}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    print(f"top-{k} element D=64 {dtype} window={window} sink={sink}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
