@@ -100,6 +100,7 @@ class Case:
     gqa: bool  # the NSA table: a GQA shape, fla's column
     spec: str
     element: bool = False  # top-k keys (chunk 1): no block structure, no Flex or fla column
+    grad: str = "none"  # "ste": element selection trained through the surrogate (a dense pass)
 
 
 CASES = {c.name: c for c in (
@@ -114,6 +115,8 @@ CASES = {c.name: c for c in (
     Case("element_k16", "top-k element, k = 16 keys", 16, 1, True, False, "top(16, grad=none)", element=True),
     Case("element_k64", "top-k element, k = 64 keys (DeepSeek sparse attention's shape, small k)", 64, 1, True,
          False, "top(64, grad=none)", element=True),
+    Case("element_k16_ste", "top-k element, k = 16 keys, with the STE (q and k trained through a softmax over "
+         "every visible key)", 16, 1, True, False, "top(16)", element=True, grad="ste"),
 )}
 
 # Quoted, not measured: printed under the MoBA tables, labelled as such.
@@ -412,16 +415,18 @@ def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tup
         return bh * f, bh * 3.5 * f
     pairs = attended_pairs(case, T)
     sel = 2 * D * T * (T + 1) / 2 if case.element else 2 * D * T * (T / case.chunk)
-    return bh * (4 * D * pairs + sel), bh * (3.5 * 4 * D * pairs + sel)
+    dense = 4 * D * T * (T + 1) / 2 if case.grad == "ste" else 0.0  # the STE's surrogate: a dense attention
+    return bh * (4 * D * pairs + sel + dense), bh * (3.5 * 4 * D * pairs + sel + 3.5 * dense)
 
 
 def generated_key(case: Case, dim: int, HQ: int, HKV: int):
     """The case's kernel key: no gradient through the selection (what the generated top-k kernels
-    run, as MoBA and NSA train), HQ query heads on HKV key/value heads read in place."""
+    run, as MoBA and NSA train; the case's `grad` for element selection), HQ query heads on HKV
+    key/value heads read in place."""
     from tests.kernels.keys import variant
 
     if case.element:
-        key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad="none")
+        key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad=case.grad)
         return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
     key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none")
     return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
@@ -501,7 +506,7 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
 
         if case.element:
             return (lambda q, k, v: topk_element_ref(q, expand(k), expand(v), scale=scale, k_top=case.k,
-                                                     grad="none")), {}
+                                                     grad=case.grad)), {}
 
         def ref(q, k, v):
             return topk_chunk_ref(q, expand(k), expand(v), chunk=case.chunk, scale=scale, k_top=case.k,
@@ -697,7 +702,7 @@ def run_check(cases, device, args) -> list[dict]:
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
         kv = [t.repeat_interleave(G, 2) for t in leaves[1:]]
         if case.element:
-            want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad="none")
+            want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad=case.grad)
         else:
             want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score="mean",
                                   local=case.local, grad="none")

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # One GPU round for the top-k element select with a bound (docs/kernels.md, "Top-k element
 # selection"), at most ~9 minutes:
-#   1. pytest -m gpu: the top-k element kernels (k 16 and 64, float32 and bf16) against float64
-#   2. benchmarks/bench_topk.py --cases element_k16,element_k64 at 8K / 32K, D 64, --check
-#   3. benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64 at 8K, D 64
+#   1. pytest -m gpu: the top-k element kernels (k 16 and 64, float32 and bf16, full and a window
+#      with sinks, grad = none and the STE) against float64 (TEST_FILTER: a pytest -k expression)
+#   2. benchmarks/bench_topk.py --cases $CASES (default element_k16,element_k64) at 8K / 32K, D 64, --check
+#   3. (PROFILE=1, the default) benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64
+#      at 8K, D 64
 #   4. (FLEX=1) bench_topk.py MoBA k 3 of 128 at D 64 with --flex-kernel-options "$FLEX_OPTIONS"
 # Results (JSON, markdown, one archive of the logs) go to $OUT when set, else benchmarks/results.
 #     bash benchmarks/topk_element_gpu_round.sh
@@ -11,15 +13,15 @@ source "$(dirname "$0")/gpu_round_common.sh"
 trap '(cd "$out" && ls ./*.log > /dev/null 2>&1 && tar czf logs_topk_element.tgz ./*.log && rm -f ./*.log)' EXIT
 install_packages "$out" || exit 1
 nvidia-smi --query-gpu=name --format=csv,noheader
-timeout "${TEST_TIMEOUT:-200}" "$py" -m pytest -q -s -p no:cacheprovider -m gpu \
+timeout "${TEST_TIMEOUT:-200}" "$py" -m pytest -q -s -p no:cacheprovider -m gpu -k "${TEST_FILTER:-gpu}" \
     tests/kernels/test_topk_element_kernels.py > "$out/gpu_topk_element_tests.log" 2>&1
 echo "gpu tests rc=$?"
 grep -e "D=" -e FAILED -e ERROR -e "passed" -e "failed" "$out/gpu_topk_element_tests.log" | tail -n 8
-timeout 220 "$py" benchmarks/bench_topk.py --cases element_k16,element_k64 --lengths 8192,32768 --dims 64 \
+timeout 220 "$py" benchmarks/bench_topk.py --cases "${CASES:-element_k16,element_k64}" --lengths 8192,32768 --dims 64 \
     --check --budget-s 160 --out "$out" > "$out/bench_topk_element.log" 2>&1
 echo "bench rc=$?"
 grep -e "^| [0-9]" -e "check" "$out"/bench_topk_*element*.md 2>/dev/null | head -n 12
-timeout 120 "$py" benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64 \
+[ "${PROFILE:-1}" = 1 ] && timeout 120 "$py" benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64 \
     --lengths 8192 --dims 64 --out "$out" > "$out/profile_topk_element.log" 2>&1
 echo "profile rc=$?"
 grep -e "step ms" -e "_select" -e "_attn" -e "^##" "$out/profile_topk_element.log" | head -n 24

@@ -79,6 +79,16 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: T
     dv = torch.empty_like(v) if soft else hard_value_grad(key, do, idx, v)
     if sel.grad == "none":  # k = 1: q and k get exactly zero gradient (reference docstring)
         return torch.zeros_like(q), torch.zeros_like(k), dv
+    return surrogate_backward(key, q, k, v, do, lse, o_soft, dv)
+
+
+def surrogate_backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, lse: Tensor, o_soft: Tensor,
+                       dv: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) through the STE's surrogate p = softmax over every visible key (the dense
+    pass over all key blocks): dq and dk always; dv = p^T dO written into `dv` with value_grad =
+    soft, else `dv` returned as given (the hard value gradient, computed by the caller). The top-k
+    element kernels (kernels/topk_element.py) take it with their own hard dv."""
+    do = do.contiguous()
     mod = load(key)
     name = key.slug()
     B, T, H, _ = q.shape

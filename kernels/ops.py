@@ -101,7 +101,7 @@ def _element_ops(key: KernelKey) -> Ops:
         o = v.new_empty(B, T, H, v.shape[-1])
         n = T if ste else 0
         return (o, _rows(q, torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
-                o.new_empty(B, n, H, v.shape[-1], dtype=torch.float32))
+                o.new_empty(B, n, H, v.shape[-1]))  # the soft output in the inputs' dtype, as element.forward
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
     def bwd(q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
@@ -209,6 +209,7 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
 def _topk_element_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     K = selection(key).k
+    ste = selection(key).grad == "ste"  # the backward needs the surrogate's lse and soft output
 
     @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -217,17 +218,25 @@ def _topk_element_ops(key: KernelKey) -> Ops:
     infer.register_fake(_output_fake)
 
     @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
-    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        return topk_element.forward(key, q, k, v)
+    def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        o, idx = topk_element.forward(key, q, k, v)
+        if ste:
+            return (o, idx, *topk_element.surrogate(key, q, k, v))
+        B, T, H, Dv = o.shape
+        return o, idx, q.new_empty(B * H, 0, dtype=torch.float32), o.new_empty(B, 0, H, Dv)
 
     @train.register_fake
     def _(q, k, v):
         B, T, H, _ = q.shape
-        return v.new_empty(B, T, H, v.shape[-1]), q.new_empty(B * H, T, K, dtype=torch.int32)
+        o = v.new_empty(B, T, H, v.shape[-1])
+        n = T if ste else 0
+        return (o, q.new_empty(B * H, T, K, dtype=torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
+                o.new_empty(B, n, H, v.shape[-1]))
 
     @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
-    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        return topk_element.backward(key, q, k, v, do, idx)
+    def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
+            o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        return topk_element.backward(key, q, k, v, do, idx, lse, o_soft)
 
     bwd.register_fake(_grads_fake)
     _register_autograd_from_output(train, bwd)

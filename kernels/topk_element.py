@@ -1,5 +1,7 @@
-"""Top-k element selection, k > 1, grad = none, on the generated kernels
-(codegen/templates/topk_element.py.jinja): forward, decode and backward.
+"""Top-k element selection, k > 1, on the generated kernels
+(codegen/templates/topk_element.py.jinja): forward, decode and backward, with grad = none or the
+STE (reference/top1.py: the choice's output, the gradient of q and k through the surrogate p, a
+softmax over every visible key).
 
 Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key);
 o, dO (B, T, H, Dv); K = the key's k; idx (B*H, T, K) int32, each query's chosen keys, best first
@@ -14,8 +16,13 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced):
               attn_fwd  -> o: each query's k keys and values gathered, softmax in float32
     backward  attn_bwd  -> dq (float32, written), dk and dv (float32, atomic sums over queries
                            and a group's heads), cast to the inputs' dtype here
+STE (training): the surrogate's statistics (lse, the soft output p @ v) come from the Top-1
+element kernels of `surrogate_key(key)` (kernels/element.py, the same visibility, scale,
+temperature and grouping), which also give dq and dk (and dv = p^T dO with value_grad = soft)
+in the backward; with value_grad = hard, dv = w_sel^T dO from `attn_bwd` without its dq and dk.
 Memory beyond the inputs: idx, O(T k); the select's scratch, at most SCRATCH_BYTES (queries
-beyond it are selected in further launches); the backward's float32 dk, dv, dq.
+beyond it are selected in further launches); the backward's float32 dk, dv, dq; with the STE
+lse (T floats per head) and the soft output (as o).
 """
 
 from __future__ import annotations
@@ -23,11 +30,20 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+import dataclasses
+
 from seqdsl.codegen.choices import element_slots
-from seqdsl.ir.key import KernelKey, selection
-from seqdsl.kernels import launch
+from seqdsl.ir.key import KernelKey, selection, shared_kv_group
+from seqdsl.kernels import element, launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.element import triton_cdiv
+
+
+def surrogate_key(key: KernelKey) -> KernelKey:
+    """The Top-1 element key whose kernels compute the STE's surrogate for `key`: p = softmax
+    over every visible key does not depend on k, and every other field (visibility, scale,
+    temperature, grouping, value_grad) is the key's."""
+    return dataclasses.replace(key, select=dataclasses.replace(selection(key), k=1))
 
 
 def _select_rows() -> int:
@@ -81,17 +97,34 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     return o, idx
 
 
-def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """(dq, dk, dv) of the softmax over each query's chosen keys (the choice has no gradient)."""
+def surrogate(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    """(lse, o_soft) of the STE's surrogate (training): the dense pass of the Top-1 element
+    kernels, keys and values read in place by the key's grouping (its arg-max is not used)."""
+    _, _, lse, o_soft = element.forward(surrogate_key(key), q, k, v, with_soft=True, kv_group=shared_kv_group(key))
+    return lse, o_soft
+
+
+def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
+             o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv): grad = none, of the softmax over each query's chosen keys (the choice has no
+    gradient); the STE, dq and dk through the surrogate and dv by value_grad (module docstring).
+    lse and o_soft: `surrogate`'s (empty with grad = none)."""
+    sel = selection(key)
+    ste = sel.grad == "ste"
+    do = do.contiguous()
+    if ste and sel.value_grad == "soft":  # dv = p^T dO: the surrogate's dense pass writes it
+        return element.surrogate_backward(surrogate_key(key), q, k, v, do, lse, o_soft, torch.empty_like(v))
     mod = load(key)
     B, T, H, _ = q.shape
-    do = do.contiguous()
-    dq = torch.empty(q.shape, dtype=torch.float32, device=q.device)  # q's (contiguous) strides; every row written
-    dk = torch.zeros(k.shape, dtype=torch.float32, device=k.device)
     dv = torch.zeros(v.shape, dtype=torch.float32, device=v.device)
+    # the STE's attn_bwd writes dv alone: dq and dk are never touched, dv stands in for them
+    dq = dv if ste else torch.empty(q.shape, dtype=torch.float32, device=q.device)  # every row written
+    dk = dv if ste else torch.zeros(k.shape, dtype=torch.float32, device=k.device)
     bm = _gather_rows(key, q, v)
     getattr(mod, f"{key.slug()}_attn_bwd")[(B * H, triton_cdiv(T, bm))](
-        q, k, v, idx, do, dq, dk, dv, *launch.strides(q, k, v, do, dk, dv), T, H, BLOCK_M=bm)
+        q, k, v, idx, do, dq, dk, dv, *launch.strides(q, k, v, do, dk, dv), T, H, BLOCK_M=bm, QK_GRAD=not ste)
+    if ste:
+        return element.surrogate_backward(surrogate_key(key), q, k, v, do, lse, o_soft, dv.to(v.dtype))
     return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype)
 
 

@@ -172,9 +172,9 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 
 
 def triton(key: KernelKey) -> Support:
-    """The generated selection kernels: element selection with k = 1 (STE or none) and with
-    2 <= k <= 64 without gradient through the choice, over all earlier keys or a window and its
-    sinks; chunk selection with 1 <= k <= 16, with the STE gate or without."""
+    """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
+    all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16, with the STE
+    gate or without."""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
@@ -184,10 +184,6 @@ def triton(key: KernelKey) -> Support:
             return _no("triton", f"top-{sel.k} element selection: the generated kernels keep at most "
                                  f"{TRITON_TOPK_ELEMENT_MAX} keys per query (a sorted list in registers)",
                        ("select", "k"), f"`k` of at most {TRITON_TOPK_ELEMENT_MAX}")
-        if sel.grad != "none":
-            return _no("triton", f"top-{sel.k} element selection with the STE: the generated top-k element "
-                                 "kernels take no gradient through the choice (grad = none, as DeepSeek's sparse "
-                                 "attention trains); top(1) has the STE", ("select", "grad"), "`grad = none`")
     elif sel.k > TRITON_TOPK_MAX:
         return _no("triton", f"top-{sel.k}: the generated chunk kernels keep at most {TRITON_TOPK_MAX} chunks "
                              "per query (a running list in registers)", ("select", "k"), f"`k` of at most {TRITON_TOPK_MAX}")

@@ -43,7 +43,7 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     tree = ast.parse(codegen.render(key).source)
     kernels = {node.name.removeprefix(key.slug() + "_") for node in tree.body if isinstance(node, ast.FunctionDef)}
     sel = key.select
-    if sel.over == "element" and sel.k > 1:  # top-k elements (grad = none); ranks, merge, gather, softmax: helpers
+    if sel.over == "element" and sel.k > 1:  # top-k elements; ranks, merge, gather, softmax: helpers
         expected = {"select", "ranks", "merge", "bound", "collect", "merge_tiles", "gather", "softmax", "attn_fwd",
                     "attn_bwd"}
     elif sel.over == "element":

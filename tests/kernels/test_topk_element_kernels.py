@@ -1,6 +1,7 @@
-"""The generated top-k element kernels (k > 1, grad = none; kernels/topk_element.py) against the
-float64 reference (seqdsl/reference/top1.py: `topk_element_ref`): outputs and dq, dk, dv under the
-interpreter on CPU, decoding, the ops' fake implementations, and on a GPU at larger shapes."""
+"""The generated top-k element kernels (k > 1, grad = none or the STE; kernels/topk_element.py)
+against the float64 reference (seqdsl/reference/top1.py: `topk_element_ref`): outputs and dq, dk,
+dv under the interpreter on CPU, decoding, the ops' fake implementations, and on a GPU at larger
+shapes."""
 
 from __future__ import annotations
 
@@ -17,8 +18,10 @@ from tests.kernels.keys import variant
 from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
 
 
-def element_key(k: int, *, heads: int = 2, kv_groups: int = 2, dk: int = 16, dv: int = 16, scale: float | None = None):
-    key = variant("top1_element", dk=dk, dv=dv, k=k, grad="none", scale=scale)
+def element_key(k: int, *, heads: int = 2, kv_groups: int = 2, dk: int = 16, dv: int = 16, scale: float | None = None,
+                grad: tuple[str, str] = ("none", "hard"), temperature: float = 1.0):
+    key = variant("top1_element", dk=dk, dv=dv, k=k, grad=grad[0], value_grad=grad[1], scale=scale,
+                  temperature=temperature)
     return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
 
 
@@ -51,6 +54,29 @@ def test_topk_element_kernels_with_a_window_and_sinks_match_reference(kind, k, T
     key = dataclasses.replace(element_key(k, heads=2, kv_groups=1, scale=0.25 if kind["data"] == "grid" else None),
                               visibility="window", window=window, sink=sink)
     assert_matches(key, make_inputs(1, T, 2, 16, 16, kv_heads=1, **kind))
+
+
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([2, 5, 17]), T=st.sampled_from([1, 9, 33, 40]),
+       value_grad=st.sampled_from(["hard", "soft"]), groups=st.sampled_from([(2, 2), (4, 2), (2, 1)]),
+       temperature=st.sampled_from([0.5, 1.0]), window=st.sampled_from([None, (7, 2), (20, 0)]))
+# ties among duplicated keys (the chosen set and dv follow the lowest index), fewer visible keys
+# than k (w_sel = p: the STE's gradient is then the dense softmax's), a window with sinks
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=47), k=5, T=40, value_grad="hard",
+         groups=(4, 2), temperature=1.0, window=None)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=48), k=17, T=9, value_grad="soft",
+         groups=(2, 1), temperature=0.5, window=None)
+@example(kind=dict(data="float", magnitude=30.0, duplicate=False, seed=49), k=2, T=40, value_grad="hard",
+         groups=(2, 2), temperature=1.0, window=(7, 2))
+def test_topk_element_ste_matches_reference(kind, k, T, value_grad, groups, temperature, window):
+    """grad = ste: the choice's output; dq and dk through the surrogate (a softmax over every
+    visible key, the Top-1 element kernels' dense pass); dv = w_sel^T dO (hard) or p^T dO (soft)."""
+    H, HK = groups
+    key = element_key(k, heads=H, kv_groups=HK, grad=("ste", value_grad), temperature=temperature,
+                      scale=0.25 if kind["data"] == "grid" else None)
+    if window is not None:
+        key = dataclasses.replace(key, visibility="window", window=window[0], sink=window[1])
+    assert_matches(key, make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind))
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -93,26 +119,26 @@ def test_topk_element_decode_matches_last_row_of_the_full_forward(device):
         assert torch.equal(got, repeated), L
 
 
-def test_support_table_admits_top_k_elements_without_gradient_up_to_64():
+def test_support_table_admits_top_k_elements_up_to_64_with_or_without_the_ste():
     assert support.triton(element_key(2)).op == "triton.topk_element"
     assert support.triton(element_key(64)).op == "triton.topk_element"
     assert "at most 64" in support.triton(element_key(65)).reason
-    ste = variant("top1_element", dk=16, dv=16, k=4, grad="ste")
-    assert "grad = none" in support.triton(ste).fix and not support.triton(ste).ok
+    assert support.triton(element_key(4, grad=("ste", "soft"))).op == "triton.topk_element"
     window = dataclasses.replace(element_key(4), visibility="window", window=8, sink=2)
     assert support.triton(window).op == "triton.topk_element"
 
 
-def test_the_top_k_element_ops_pass_opcheck():
+@pytest.mark.parametrize("grad", [("none", "hard"), ("ste", "hard")], ids=["none", "ste"])
+def test_the_top_k_element_ops_pass_opcheck(grad):
     """torch.compile traces the custom ops with their fake implementations."""
-    key = element_key(6, heads=2, kv_groups=1, dk=16, dv=32)
+    key = element_key(6, heads=2, kv_groups=1, dk=16, dv=32, grad=grad)
     ops = top1.bind(key).ops
     q, k, v, do = make_inputs(1, 20, 2, 16, 32, kv_heads=1, data="float", magnitude=1.0, seed=2, duplicate=False)
     slug = key.slug()
     torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default, tuple(t.requires_grad_() for t in (q, k, v)))
-    o, idx = ops.train(q, k, v)
+    o, *saved = ops.train(q, k, v)
     torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_bwd").default,
-                          tuple(t.detach() for t in (q, k, v, o, do, idx)))
+                          tuple(t.detach() for t in (q, k, v, o, do, *saved)))
 
 
 @pytest.mark.gpu
@@ -120,15 +146,16 @@ def test_the_top_k_element_ops_pass_opcheck():
 @pytest.mark.parametrize("k", [16, 64])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("window, sink", [(None, 0), (700, 20)], ids=["full", "window700-sink20"])
-def test_topk_element_kernels_on_gpu_at_large_shapes(k, dtype, window, sink):
+@pytest.mark.parametrize("grad", [("none", "hard"), ("ste", "hard")], ids=["none", "ste"])
+def test_topk_element_kernels_on_gpu_at_large_shapes(k, dtype, window, sink, grad):
     """Compiled for the GPU at its tiles: k of 2,125 keys (or of a 700-key window and 20 sink
     tokens, the sinks inside a tile the window also reaches early on), four query heads on two
     key/value heads."""
-    key = element_key(k, heads=4, kv_groups=2, dk=64, dv=64)
+    key = element_key(k, heads=4, kv_groups=2, dk=64, dv=64, grad=grad)
     if window is not None:
         key = dataclasses.replace(key, visibility="window", window=window, sink=sink)
     inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
                          dtype=dtype)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
-    print(f"top-{k} element D=64 {dtype} window={window} sink={sink}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
+    print(f"top-{k} element D=64 {dtype} window={window} sink={sink} grad={grad[0]}: " + ", ".join(f"{name} {err:.1e}" for name, err in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors

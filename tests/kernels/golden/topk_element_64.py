@@ -182,9 +182,11 @@ def top64_element_b0d39900a977_attn_fwd(Q, K, V, IDX, O, sqb, sqt, sqh, skb, skt
 
 @triton.jit
 def top64_element_b0d39900a977_attn_bwd(Q, K, V, IDX, DO, DQ, DK32, DV32, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
-        sdb, sdt, sdh, s2b, s2t, s2h, s3b, s3t, s3h, T_Q, H, BLOCK_M: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head): their dq (float32, q's strides), and
-    their pairs' dk and dv terms added atomically into DK32 and DV32 (float32)."""
+        sdb, sdt, sdh, s2b, s2t, s2h, s3b, s3t, s3h, T_Q, H, BLOCK_M: tl.constexpr, QK_GRAD: tl.constexpr):
+    """One program: BLOCK_M queries of one (batch, head): their pairs' dv terms added atomically
+    into DV32 (float32) and, with QK_GRAD, their dq (float32, q's strides) and their pairs' dk
+    terms into DK32 (without it, the STE: the choice's softmax weights carry no gradient, q and
+    k train through the surrogate's dense pass instead)."""
     bh = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
@@ -197,12 +199,13 @@ def top64_element_b0d39900a977_attn_bwd(Q, K, V, IDX, DO, DQ, DK32, DV32, sqb, s
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
     do = tl.load(DO + b * sdb + h * sdh + rows[:, None] * sdt + offs_v[None, :], mask=live[:, None], other=0.0).to(tl.float32)
-    dp = tl.sum(do[:, None, :] * vg, 2)
-    ds = p * (dp - tl.sum(p * dp, 1)[:, None])  # d loss / d(s / tau)
-    dq = tl.sum(ds[:, :, None] * kg, 1) * GRAD_SCALE
-    tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
     pair = (valid & live[:, None])[:, :, None]
-    tl.atomic_add(DK32 + b * s2b + hk * s2h + safe[:, :, None] * s2t + offs_k[None, None, :],
-                  ds[:, :, None] * q[:, None, :] * GRAD_SCALE, mask=pair)
+    if QK_GRAD:
+        dp = tl.sum(do[:, None, :] * vg, 2)
+        ds = p * (dp - tl.sum(p * dp, 1)[:, None])  # d loss / d(s / tau)
+        dq = tl.sum(ds[:, :, None] * kg, 1) * GRAD_SCALE
+        tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
+        tl.atomic_add(DK32 + b * s2b + hk * s2h + safe[:, :, None] * s2t + offs_k[None, None, :],
+                      ds[:, :, None] * q[:, None, :] * GRAD_SCALE, mask=pair)
     tl.atomic_add(DV32 + b * s3b + hk * s3h + safe[:, :, None] * s3t + offs_v[None, None, :],
                   p[:, :, None] * do[:, None, :], mask=pair)
