@@ -298,11 +298,12 @@ def test_parallel_equals_recurrent(case, T):
             FP64_TOL)
 
 
-@pytest.mark.parametrize("C", [64, 17, 1])
+@pytest.mark.parametrize("C", [64, 33, 17, 16, 1])
 def test_unit_lower_inverse_and_its_gradient_equal_autograd_through_a_solve(C):
-    # the delta rules' one inverse per chunk, its backward written by hand (two matmuls), against
-    # autograd through torch's triangular solve; the diagonal and upper part are not read, so they
-    # carry garbage here and get zero gradient
+    # the delta rules' one inverse per chunk (by halves down to 16 rows: 64 two levels, 33 halves of
+    # 16 and 17, 16 one solve), its backward written by hand (two matmuls), against autograd through
+    # torch's triangular solve; the diagonal and upper part are not read, so they carry garbage here
+    # and get zero gradient
     gen = torch.Generator().manual_seed(C)
     lhs = torch.randn(2, 3, C, C, generator=gen, dtype=F64) / C**0.5
     lhs = lhs.requires_grad_()
