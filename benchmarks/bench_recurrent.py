@@ -13,8 +13,15 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
     chunked          eager
     chunked+compile  torch.compile(fullgraph=True) of the same function (first call = compilation)
     recurrent        the step-by-step definition, eager (only with --recurrent: T sequential steps)
+    chunked+compile, <earlier>   with --earlier, for the delta rules: the same compiled form with
+                     the algorithms this file keeps from before (2026-11-27): `loop` the states
+                     passed one chunk at a time (N small products in order, where the reference
+                     now scans the chunks' affine maps), `solve` the chunk inverse by one
+                     triangular solve (where it now goes by halves), and `loop+solve` both
 
-Reported: median milliseconds over `--repeats` runs after two warm-ups, the layer's tokens/s, the
+With --cuda-graphs the compiled forms are compiled with mode="reduce-overhead" (CUDA graphs, as
+`seqdsl train` runs them with `cuda_graphs = true`), so small kernels are timed without their
+launch overhead. Reported: median milliseconds over `--repeats` runs after two warm-ups, the layer's tokens/s, the
 first call's seconds (compilation for the compiled form), and the compiled form's largest output
 difference from eager relative to the output's largest entry. Prints a table and writes JSON
 (default benchmarks/results/bench_recurrent_<device>_<date>.json).
@@ -23,6 +30,7 @@ difference from eager relative to the output's largest entry. Prints a table and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import statistics
@@ -42,6 +50,7 @@ from seqdsl.ir.key import KernelKey, kernel_key  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
 from seqdsl.lower.backends.reference import recurrent_reference
 from seqdsl.lower.inputs import RecurrentInputs  # noqa: E402
+from seqdsl.reference import recurrent as rec  # noqa: E402
 
 SPECS = ROOT / "specs"
 DEFAULT = "linear_attention,mamba2,retnet,gla,rwkv6,deltanet,gated_deltanet,rwkv7,based"
@@ -77,6 +86,45 @@ def random_inputs(key: KernelKey, B: int, T: int, device: torch.device, dtype: t
             for n, t in x.items()}
 
 
+def loop_pass_states(log_decay, b, S0, low_rank):
+    """The delta rules' states as passed before the scan: S_(n+1) = T_n S_n + b_n, one chunk at
+    a time (the additive rules' closed form is unchanged)."""
+    if low_rank is None:
+        return CURRENT["states"](log_decay, b, S0, low_rank)
+    Dk = low_rank.shape[-1]
+    transition = low_rank + torch.diag_embed(log_decay.exp().expand(*log_decay.shape[:-1], Dk))
+    states = [S0]
+    for n in range(b.shape[-3]):
+        states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
+    return torch.stack(states, dim=-3)
+
+
+def solve_inverse(lhs):
+    """The chunk inverse as taken before the halves: one triangular solve of the whole chunk."""
+    eye = torch.eye(lhs.shape[-1], dtype=lhs.dtype, device=lhs.device).expand_as(lhs)
+    return torch.linalg.solve_triangular(lhs, eye, upper=False, unitriangular=True)
+
+
+CURRENT = {"states": rec._pass_states, "inverse": rec._inverse_by_halves}
+EARLIER = {"loop": {"_pass_states": loop_pass_states}, "solve": {"_inverse_by_halves": solve_inverse},
+           "loop+solve": {"_pass_states": loop_pass_states, "_inverse_by_halves": solve_inverse}}
+
+
+@contextlib.contextmanager
+def earlier(name: str | None):
+    """The reference module with the earlier algorithm(s) `name` in place (none: as it is), for
+    as long as a form is compiled and timed (dynamo guards on the functions it inlined)."""
+    swaps = EARLIER.get(name, {}) if name else {}
+    kept = {attr: getattr(rec, attr) for attr in swaps}
+    for attr, fn in swaps.items():
+        setattr(rec, attr, fn)
+    try:
+        yield
+    finally:
+        for attr, fn in kept.items():
+            setattr(rec, attr, fn)
+
+
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -89,6 +137,8 @@ def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[fl
     for i in range(2 + repeats):
         for t in leaves.values():
             t.grad = None
+        if hasattr(torch.compiler, "cudagraph_mark_step_begin"):
+            torch.compiler.cudagraph_mark_step_begin()  # each call is a new step (CUDA graph trees)
         _sync(device)
         t0 = time.perf_counter()
         o, S = run(RecurrentInputs(**leaves))
@@ -104,19 +154,24 @@ def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[fl
 
 
 def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device,
-               recurrent: bool) -> list[dict]:
+               recurrent: bool, earlier_forms: bool = False, cuda_graphs: bool = False) -> list[dict]:
     key = layer_key(name, preset)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     leaves = random_inputs(key, B, T, device, dtype)
     chunked = lambda m: recurrent_reference(key, m, None, False)
-    forms = {"chunked": chunked, "chunked+compile": torch.compile(chunked, fullgraph=True, dynamic=False)}
+    compiled = lambda: torch.compile(chunked, fullgraph=True, dynamic=False,
+                                     mode="reduce-overhead" if cuda_graphs else None)
+    forms = {"chunked": (chunked, None), "chunked+compile": (compiled(), None)}
+    if earlier_forms and key.update in ("delta", "rwkv7"):
+        forms.update({f"chunked+compile, {name}": (compiled(), name) for name in EARLIER})
     if recurrent:
-        forms["recurrent"] = lambda m: recurrent_reference(key, m, None, True)
+        forms["recurrent"] = (lambda m: recurrent_reference(key, m, None, True), None)
     shape = (f"H {key.heads} K {key.feature_dim} V {key.value_cols} decay {key.decay_shape} "
              f"update {key.update}")
     rows, eager_out = [], None
-    for form, run in forms.items():
-        ms, first, out = time_form(run, leaves, repeats, device)
+    for form, (run, algorithms) in forms.items():
+        with earlier(algorithms):
+            ms, first, out = time_form(run, leaves, repeats, device)
         row = {"spec": name, "form": form, "shape": shape, "ms": ms, "tokens_per_s": B * T / (ms / 1e3),
                "first_call_s": first, "rel_diff_vs_eager": None}
         if eager_out is None:
@@ -136,6 +191,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--recurrent", action="store_true", help="also time the step-by-step definition")
     p.add_argument("--tf32", action="store_true", help="let float32 matmuls use TF32 on CUDA")
+    p.add_argument("--earlier", action="store_true",
+                   help="delta rules: also time the compiled form with the earlier state passing and inverse")
+    p.add_argument("--cuda-graphs", action="store_true", help="compile with mode='reduce-overhead' (CUDA graphs)")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 128, batch 2, on CPU")
     p.add_argument("--out", default=None)
@@ -154,11 +212,12 @@ def main(argv: list[str] | None = None) -> int:
           f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; "
           f"forward + backward of one layer's mixing",
           flush=True)
-    print(f"{'spec':<18} {'form':<16} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
+    print(f"{'spec':<18} {'form':<28} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
     rows, failed = [], False
     for name in args.specs.split(","):
         try:
-            new = bench_spec(name, args.preset, args.batch, args.seq, args.repeats, device, args.recurrent)
+            new = bench_spec(name, args.preset, args.batch, args.seq, args.repeats, device, args.recurrent,
+                             args.earlier, args.cuda_graphs)
         except Exception as err:  # one failing spec must not hide the others' figures
             traceback.print_exc()
             new, failed = [{"spec": name, "error": f"{type(err).__name__}: {err}".splitlines()[0]}], True
@@ -167,12 +226,13 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['spec']:<18} failed: {r['error']}", flush=True)
                 continue
             diff = "" if r["rel_diff_vs_eager"] is None else f"{r['rel_diff_vs_eager']:.1e}"
-            print(f"{r['spec']:<18} {r['form']:<16} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
+            print(f"{r['spec']:<18} {r['form']:<28} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
                   f"{r['first_call_s']:>8.1f} {diff:>9}  {r['shape']}", flush=True)
         rows += new
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,
-                                   "repeats": args.repeats, "tf32": args.tf32, "rows": rows}, indent=2) + "\n")
+                                   "repeats": args.repeats, "tf32": args.tf32, "cuda_graphs": args.cuda_graphs,
+                                   "rows": rows}, indent=2) + "\n")
     print(f"wrote {out}")
     return 1 if failed else 0
 
