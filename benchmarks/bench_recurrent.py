@@ -13,11 +13,11 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
     chunked          eager
     chunked+compile  torch.compile(fullgraph=True) of the same function (first call = compilation)
     recurrent        the step-by-step definition, eager (only with --recurrent: T sequential steps)
-    chunked+compile, <earlier>   with --earlier, for the delta rules: the same compiled form with
-                     the algorithms this file keeps from before (2026-11-27): `loop` the states
-                     passed one chunk at a time (N small products in order, where the reference
-                     now scans the chunks' affine maps), `solve` the chunk inverse by one
-                     triangular solve (where it now goes by halves), and `loop+solve` both
+    chunked+compile, <other>     with --earlier, for the delta rules: the same compiled form with
+                     algorithms this file keeps (2026-11-27): `solve` the chunk inverse by one
+                     triangular solve (the reference's before; it now goes by halves), `scan` the
+                     states by a scan over the chunks' affine maps (tried in place of the
+                     reference's loop over the chunks, and slower), and `scan+solve` both
 
 With --cuda-graphs the compiled forms are compiled with mode="reduce-overhead" (CUDA graphs, as
 `seqdsl train` runs them with `cuda_graphs = true`), so small kernels are timed without their
@@ -86,28 +86,36 @@ def random_inputs(key: KernelKey, B: int, T: int, device: torch.device, dtype: t
             for n, t in x.items()}
 
 
-def loop_pass_states(log_decay, b, S0, low_rank):
-    """The delta rules' states as passed before the scan: S_(n+1) = T_n S_n + b_n, one chunk at
-    a time (the additive rules' closed form is unchanged)."""
-    if low_rank is None:
-        return CURRENT["states"](log_decay, b, S0, low_rank)
-    Dk = low_rank.shape[-1]
-    transition = low_rank + torch.diag_embed(log_decay.exp().expand(*log_decay.shape[:-1], Dk))
-    states = [S0]
-    for n in range(b.shape[-3]):
-        states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
-    return torch.stack(states, dim=-3)
-
-
 def solve_inverse(lhs):
     """The chunk inverse as taken before the halves: one triangular solve of the whole chunk."""
     eye = torch.eye(lhs.shape[-1], dtype=lhs.dtype, device=lhs.device).expand_as(lhs)
     return torch.linalg.solve_triangular(lhs, eye, upper=False, unitriangular=True)
 
 
+def scan_pass_states(log_decay, b, S0, low_rank):
+    """The delta rules' states by a scan over the chunks' affine maps x -> T_n x + b_n (Hillis
+    and Steele's: after the step of span d, (T_n, b_n) composes chunks n - 2d + 1 .. n): ceil(log2
+    N) steps of products batched over the chunks, tried 2026-11-27 in place of the reference's
+    loop over the chunks and slower (the compositions cost Dk^3 per chunk and step)."""
+    if low_rank is None:
+        return CURRENT["states"](log_decay, b, S0, low_rank)
+    Dk = low_rank.shape[-1]
+    transition = low_rank + torch.diag_embed(log_decay.exp().expand(*log_decay.shape[:-1], Dk))
+    offset = torch.cat([transition[..., :1, :, :] @ S0.unsqueeze(-3) + b[..., :1, :, :], b[..., 1:, :, :]], dim=-3)
+    span = 1
+    while span < offset.shape[-3]:
+        later = transition[..., span:, :, :]
+        offset = torch.cat([offset[..., :span, :, :], later @ offset[..., :-span, :, :] + offset[..., span:, :, :]],
+                           dim=-3)
+        if 2 * span < offset.shape[-3]:
+            transition = torch.cat([transition[..., :span, :, :], later @ transition[..., :-span, :, :]], dim=-3)
+        span *= 2
+    return torch.cat([S0.unsqueeze(-3), offset], dim=-3)
+
+
 CURRENT = {"states": rec._pass_states, "inverse": rec._inverse_by_halves}
-EARLIER = {"loop": {"_pass_states": loop_pass_states}, "solve": {"_inverse_by_halves": solve_inverse},
-           "loop+solve": {"_pass_states": loop_pass_states, "_inverse_by_halves": solve_inverse}}
+EARLIER = {"solve": {"_inverse_by_halves": solve_inverse}, "scan": {"_pass_states": scan_pass_states},
+           "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse}}
 
 
 @contextlib.contextmanager
@@ -192,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--recurrent", action="store_true", help="also time the step-by-step definition")
     p.add_argument("--tf32", action="store_true", help="let float32 matmuls use TF32 on CUDA")
     p.add_argument("--earlier", action="store_true",
-                   help="delta rules: also time the compiled form with the earlier state passing and inverse")
+                   help="delta rules: also time the compiled form with the other state passing and inverse")
     p.add_argument("--cuda-graphs", action="store_true", help="compile with mode='reduce-overhead' (CUDA graphs)")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 128, batch 2, on CPU")

@@ -167,7 +167,9 @@ def _inverse_by_halves(lhs: Tensor) -> Tensor:
     solve of the whole chunk steps through its C rows in order: cuBLAS's batched solve took 7.5
     of the 178.7 ms of Gated DeltaNet's 110m training step (C = 64, batch 16, H100, 2026-11-27);
     here 16 rows in order, then two levels of batched products (under TF32, as every other
-    product of the chunked form)."""
+    product of the chunked form): one Gated DeltaNet layer's forward and backward 6.94 to 6.57 ms
+    (110m, batch 16 x 2048, CUDA graphs, H200, 2026-11-27, `benchmarks/bench_recurrent.py
+    --earlier`)."""
     C = lhs.shape[-1]
     if C <= BASE_SOLVE:
         eye = torch.eye(C, dtype=lhs.dtype, device=lhs.device).expand_as(lhs)
@@ -207,8 +209,12 @@ def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | No
     log_decay (..., N, Dk or 1) the chunks' total log decays, b (..., N, Dk, Dv), S0 (..., Dk, Dv),
     low_rank (..., N, Dk, Dk) or None. Without the low-rank term (additive rules) the recurrence
     is solved in closed form, one batched product for STATE_GROUP chunks at a time (its weights
-    grow as the square of the chunks solved together); with it (delta, rwkv7) by a scan over the
-    chunks' affine maps (`_scan_affine`)."""
+    grow as the square of the chunks solved together); with it (delta, rwkv7) one
+    (Dk, Dk) x (Dk, Dv) product per chunk, in order. (A scan over the chunks' affine maps, ceil(log2
+    N) steps of products batched over the chunks, was slower under CUDA graphs: 8.83 against 6.57
+    ms for one Gated DeltaNet layer's forward and backward at 110m, batch 16 x 2048, TF32, H200,
+    2026-11-27, `benchmarks/bench_recurrent.py --earlier`: its compositions cost Dk^3 per chunk
+    and step, in TF32 GEMMs that ran at about 50 TFLOP/s.)"""
     if low_rank is None:
         states, S = [], S0
         for start in range(0, b.shape[-3], STATE_GROUP):
@@ -220,33 +226,10 @@ def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | No
     Dk = low_rank.shape[-1]
     decay = log_decay.exp().expand(*log_decay.shape[:-1], Dk)
     transition = low_rank + torch.diag_embed(decay)  # (..., N, Dk, Dk)
-    # S_1 = T_0 S0 + b_0: fold the entering state into the first chunk's offset, then the scan's
-    # offsets are the states themselves
-    first = transition[..., :1, :, :] @ S0.unsqueeze(-3) + b[..., :1, :, :]
-    states = _scan_affine(transition, torch.cat([first, b[..., 1:, :, :]], dim=-3))
-    return torch.cat([S0.unsqueeze(-3), states], dim=-3)
-
-
-def _scan_affine(transition: Tensor, offset: Tensor) -> Tensor:
-    """c_n = T_n c_(n-1) + b_n for every n, c_(-1) = 0: transition (..., N, Dk, Dk), offset b
-    (..., N, Dk, Dv) -> c (..., N, Dk, Dv).
-
-    A scan over the affine maps x -> T_n x + b_n (Hillis and Steele's): after the step of span d,
-    (T_n, b_n) is the composition of the maps of chunks n - 2d + 1 .. n. ceil(log2 N) steps of two
-    batched products over all chunks at once, where a loop over the chunks launched N small ones
-    in order (32 per layer at 2K with 64-step chunks: 468 latency-bound GEMMs, 10.8 ms of Gated
-    DeltaNet's 178.7 ms training step at 110m, batch 16, H100, 2026-11-27). The compositions cost
-    Dk^3 per chunk and step; the states' accuracy is the loop's (each state is a sum of products
-    of at most log2 N + 1 factors, where the loop's had up to N)."""
-    span = 1
-    while span < offset.shape[-3]:
-        later = transition[..., span:, :, :]  # the maps that absorb the ones `span` chunks earlier
-        offset = torch.cat([offset[..., :span, :, :], later @ offset[..., :-span, :, :] + offset[..., span:, :, :]],
-                           dim=-3)
-        if 2 * span < offset.shape[-3]:  # the last step's compositions would not be read
-            transition = torch.cat([transition[..., :span, :, :], later @ transition[..., :-span, :, :]], dim=-3)
-        span *= 2
-    return offset
+    states = [S0]
+    for n in range(b.shape[-3]):
+        states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
+    return torch.stack(states, dim=-3)
 
 
 def _closed_form_states(log_decay: Tensor, b: Tensor, S0: Tensor) -> Tensor:

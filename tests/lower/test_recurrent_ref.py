@@ -360,9 +360,8 @@ def test_chunked_across_state_groups_equals_recurrent(case):
 @pytest.mark.parametrize("low_rank", [False, True])
 def test_state_passing_equals_chunk_by_chunk_loop(shape, low_rank):
     # `_pass_states` solves S_(n+1) = (diag(exp l_n) + L_n) S_n + b_n in closed form when L = 0,
-    # STATE_GROUP chunks at a time ("groups": three groups, the last one partial), and by a scan of
-    # the chunks' affine maps otherwise (one chunk: no step; 8: the last step's span covers half;
-    # 131: a partial last span)
+    # STATE_GROUP chunks at a time ("groups": three groups, the last one partial), and chunk by
+    # chunk otherwise
     N, D = shape
     Dk, Dv = 4, 2
     gen = torch.Generator().manual_seed(N + D)
