@@ -27,10 +27,10 @@ lse (T floats per head) and the soft output (as o).
 
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 from torch import Tensor
-
-import dataclasses
 
 from seqdsl.codegen.choices import element_slots
 from seqdsl.ir.key import KernelKey, selection, shared_kv_group

@@ -168,8 +168,8 @@ def _inverse_by_halves(lhs: Tensor) -> Tensor:
     of the 178.7 ms of Gated DeltaNet's 110m training step (C = 64, batch 16, H100, 2026-11-27);
     here 16 rows in order, then two levels of batched products (under TF32, as every other
     product of the chunked form): one Gated DeltaNet layer's forward and backward 6.94 to 6.57 ms
-    (110m, batch 16 x 2048, CUDA graphs, H200, 2026-11-27, `benchmarks/bench_recurrent.py
-    --earlier`)."""
+    and 6.98 to 6.74 ms in a second call (110m, batch 16 x 2048, CUDA graphs, H200, 2026-11-27,
+    `benchmarks/bench_recurrent.py --earlier`)."""
     C = lhs.shape[-1]
     if C <= BASE_SOLVE:
         eye = torch.eye(C, dtype=lhs.dtype, device=lhs.device).expand_as(lhs)
