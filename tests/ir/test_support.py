@@ -65,8 +65,9 @@ def test_triton_table_names_what_rules_a_top1_mixer_out():
     top = lambda **kw: nodes.Mixer(name="m", select=nodes.Top(**kw))
     assert support.triton(kernel_key(top(), 64)).op == "triton.top1_element"
     assert support.triton(kernel_key(top(over=nodes.Chunk(size=128)), 64)).op == "triton.top1_chunk"
-    assert "with the STE" in support.triton(kernel_key(top(k=2), 64)).reason
+    assert support.triton(kernel_key(top(k=2), 64)).op == "triton.topk_element"  # the STE
     assert support.triton(kernel_key(top(k=2, grad="none"), 64)).op == "triton.topk_element"
+    assert "at most 64" in support.triton(kernel_key(top(k=65), 64)).reason
     odd = support.triton(kernel_key(top(over=nodes.Chunk(size=100)), 64))
     assert odd.tiling and "power of two" in odd.reason
     assert "lse" in support.triton(kernel_key(top(over=nodes.Chunk(size=64), score="lse"), 64)).reason

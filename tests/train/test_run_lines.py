@@ -159,7 +159,9 @@ def test_the_data_is_read_beside_the_path_planning_and_the_first_step_says_where
     first = next(r for r in events if r["kind"] == "event" and r["event"] == "first_step")
     startup = first["startup"]
     assert set(startup) == {"model", "plan", "data", "data_wait", "first_step"}
-    assert all(v >= 0 for v in startup.values()) and startup["data_wait"] <= startup["data"] + 1e-3
+    # the wait ends when the joined thread wakes the caller, after the work's own clock stopped:
+    # a loaded machine (CI beside other jobs) adds milliseconds of scheduling to it (2.2 ms seen)
+    assert all(v >= 0 for v in startup.values()) and startup["data_wait"] <= startup["data"] + 0.05
     # the phases on the main thread happen one after the other, within the command's time
     assert startup["model"] + startup["plan"] + startup["data_wait"] + startup["first_step"] <= first["seconds"]
     assert f"model {startup['model']:.1f} s" in first["detail"]
