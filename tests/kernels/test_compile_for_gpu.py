@@ -24,7 +24,8 @@ from tests.kernels.test_top1_kernels import make_inputs
 
 def _keys():
     """(name, key, kv_heads, element backward with dq fused) covering each template's branches:
-    element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks),
+    element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks;
+    the STE, hard and soft),
     chunk Exact/Approx with and without the gate and the own chunk, top-k chunk with each score and
     gradient, grouped heads."""
     element = variant("top1_element", dk=16, dv=16)
@@ -36,6 +37,11 @@ def _keys():
         yield f"element_top{k}", variant("top1_element", dk=16, dv=32, k=k, grad="none"), 2, 0
     yield "element_top8_window_sink", dataclasses.replace(variant("top1_element", dk=16, dv=32, k=8, grad="none"),
                                                           visibility="window", window=5, sink=2), 2, 0
+    # the STE: attn_bwd with dv alone (hard) and the surrogate's Top-1 element kernels; soft dv
+    # from the surrogate under a window with sinks
+    yield "element_top8_ste", variant("top1_element", dk=16, dv=32, k=8), 2, 0
+    yield "element_top8_ste_soft_window_sink", dataclasses.replace(
+        variant("top1_element", dk=16, dv=32, k=8, value_grad="soft"), visibility="window", window=5, sink=2), 2, 0
     for base in ("top1_chunk_exact", "top1_chunk_approx"):
         yield base, variant(base, dk=16, dv=32, chunk=16), 2, 0
         yield f"{base}_no_local_no_grad", variant(base, dk=16, dv=32, chunk=16, local=False, grad="none"), 2, 0
