@@ -98,7 +98,7 @@ def scan_pass_states(log_decay, b, S0, low_rank):
     N) steps of products batched over the chunks, tried 2026-11-27 in place of the reference's
     loop over the chunks and slower (the compositions cost Dk^3 per chunk and step)."""
     if low_rank is None:
-        return CURRENT["states"](log_decay, b, S0, low_rank)
+        return LOOP_PASS_STATES(log_decay, b, S0, low_rank)
     Dk = low_rank.shape[-1]
     transition = low_rank + torch.diag_embed(log_decay.exp().expand(*log_decay.shape[:-1], Dk))
     offset = torch.cat([transition[..., :1, :, :] @ S0.unsqueeze(-3) + b[..., :1, :, :], b[..., 1:, :, :]], dim=-3)
@@ -113,7 +113,7 @@ def scan_pass_states(log_decay, b, S0, low_rank):
     return torch.cat([S0.unsqueeze(-3), offset], dim=-3)
 
 
-CURRENT = {"states": rec._pass_states, "inverse": rec._inverse_by_halves}
+LOOP_PASS_STATES = rec._pass_states  # the reference's own, kept for the additive rules while swapped
 EARLIER = {"solve": {"_inverse_by_halves": solve_inverse}, "scan": {"_pass_states": scan_pass_states},
            "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse}}
 

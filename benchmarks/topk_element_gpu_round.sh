@@ -21,10 +21,12 @@ timeout 220 "$py" benchmarks/bench_topk.py --cases "${CASES:-element_k16,element
     --check --budget-s 160 --out "$out" > "$out/bench_topk_element.log" 2>&1
 echo "bench rc=$?"
 grep -e "^| [0-9]" -e "check" "$out"/bench_topk_*element*.md 2>/dev/null | head -n 12
-[ "${PROFILE:-1}" = 1 ] && timeout 120 "$py" benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64 \
-    --lengths 8192 --dims 64 --out "$out" > "$out/profile_topk_element.log" 2>&1
-echo "profile rc=$?"
-grep -e "step ms" -e "_select" -e "_attn" -e "^##" "$out/profile_topk_element.log" | head -n 24
+if [ "${PROFILE:-1}" = 1 ]; then
+    timeout 120 "$py" benchmarks/profile_top1.py --kernels sdpa_cudnn,topk:element_k16,topk:element_k64 \
+        --lengths 8192 --dims 64 --out "$out" > "$out/profile_topk_element.log" 2>&1
+    echo "profile rc=$?"
+    grep -e "step ms" -e "_select" -e "_attn" -e "^##" "$out/profile_topk_element.log" | head -n 24
+fi
 [ "${FLEX:-0}" = 1 ] || exit 0
 timeout 160 "$py" benchmarks/bench_topk.py --cases moba_k3_c128 --lengths 8192,32768 --dims 64 --budget-s 120 \
     --flex-kernel-options "${FLEX_OPTIONS:-{\"BLOCK_M\": 64, \"BLOCK_N\": 64, \"num_stages\": 2}}" \
