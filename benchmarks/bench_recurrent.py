@@ -13,6 +13,9 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
     chunked          eager
     chunked+compile  torch.compile(fullgraph=True) of the same function (first call = compilation)
     recurrent        the step-by-step definition, eager (only with --recurrent: T sequential steps)
+    triton.delta_chunk+compile   delta rules on CUDA: the compiled form with the state passing in
+                     one Triton kernel per direction, what the `triton.delta_chunk` path runs
+                     (seqdsl/kernels/state_pass.py)
     chunked+compile, <other>     with --earlier, for the delta rules: the same compiled form with
                      algorithms this file keeps (2026-11-27): `solve` the chunk inverse by one
                      triangular solve (the reference's before; it now goes by halves), `scan` the
@@ -48,7 +51,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 import seqdsl  # noqa: E402
 from seqdsl.ir.key import KernelKey, kernel_key  # noqa: E402
 from seqdsl.ir.presets import model_at  # noqa: E402
-from seqdsl.lower.backends.reference import recurrent_reference
+from seqdsl.lower.backends.reference import recurrent_reference  # noqa: E402
 from seqdsl.lower.inputs import RecurrentInputs  # noqa: E402
 from seqdsl.reference import recurrent as rec  # noqa: E402
 
@@ -92,13 +95,13 @@ def solve_inverse(lhs):
     return torch.linalg.solve_triangular(lhs, eye, upper=False, unitriangular=True)
 
 
-def scan_pass_states(log_decay, b, S0, low_rank):
+def scan_pass_states(log_decay, b, S0, low_rank, walk=None):
     """The delta rules' states by a scan over the chunks' affine maps x -> T_n x + b_n (Hillis
     and Steele's: after the step of span d, (T_n, b_n) composes chunks n - 2d + 1 .. n): ceil(log2
     N) steps of products batched over the chunks, tried 2026-11-27 in place of the reference's
     loop over the chunks and slower (the compositions cost Dk^3 per chunk and step)."""
     if low_rank is None:
-        return LOOP_PASS_STATES(log_decay, b, S0, low_rank)
+        return LOOP_PASS_STATES(log_decay, b, S0, low_rank, walk)
     Dk = low_rank.shape[-1]
     transition = low_rank + torch.diag_embed(log_decay.exp().expand(*log_decay.shape[:-1], Dk))
     offset = torch.cat([transition[..., :1, :, :] @ S0.unsqueeze(-3) + b[..., :1, :, :], b[..., 1:, :, :]], dim=-3)
@@ -170,6 +173,12 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
     compiled = lambda: torch.compile(chunked, fullgraph=True, dynamic=False,
                                      mode="reduce-overhead" if cuda_graphs else None)
     forms = {"chunked": (chunked, None), "chunked+compile": (compiled(), None)}
+    if key.update == "delta" and device.type == "cuda":
+        from seqdsl.kernels import state_pass
+
+        walked = lambda m: recurrent_reference(key, m, None, False, state_pass.affine_states)
+        forms["triton.delta_chunk+compile"] = (torch.compile(walked, fullgraph=True, dynamic=False,
+                                                             mode="reduce-overhead" if cuda_graphs else None), None)
     if earlier_forms and key.update in ("delta", "rwkv7"):
         forms.update({f"chunked+compile, {name}": (compiled(), name) for name in EARLIER})
     if recurrent:

@@ -15,6 +15,7 @@ This module imports neither torch nor triton.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from dataclasses import dataclass
 
 from seqdsl.ir.key import KernelKey, SelectKey, chunk_size, selection
@@ -45,6 +46,11 @@ def _width_slot(key: KernelKey, which: str) -> tuple[str, ...]:
     return ("key_dim",) if which == "key" and key.key_dim != key.head_dim else ("head_dim",)
 
 
+def _float32(x: float) -> float:
+    """`x` rounded to float32 (what a kernel multiplies by)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
 def _pow2(n: int) -> bool:
     return n > 0 and not n & (n - 1)
 
@@ -59,13 +65,16 @@ def sdpa(key: KernelKey) -> Support:
     `is_causal` needs a positive scale: its kernels (CPU flash, CUDA flash and cuDNN) mask the
     future with -inf before multiplying by the scale, so a scale <= 0 turns the masked entries
     into +inf or NaN and the rows into NaN (seen with torch 2.11 on an H100 and 2.13 on CPU);
-    with an explicit mask every backend is exact for any scale (docs/lowering.md, Paths)."""
+    with an explicit mask every backend is exact for any scale (docs/lowering.md, Paths). The
+    scale is judged as the kernels see it, in float32: 1.5e-109 > 0 rounds to 0 there (a NaN row
+    hypothesis found, tests/lower/test_lowering_contract.py)."""
     if key.family == "select":
         return _no("sdpa", "top-k selection keeps a subset of the visible keys; SDPA attends all of them",
                    ("select",), "`select = none`, or a top-k that keeps every key of the context")
     if key.family != "softmax":
         return _no("sdpa", f"`{key.weights}` weights are not a softmax", ("weights",), "`weights = softmax`")
-    if key.visibility == "full" and key.position != "alibi" and not key.score_bias and key.scale > 0:
+    positive = _float32(key.scale / key.temperature) > 0
+    if key.visibility == "full" and key.position != "alibi" and not key.score_bias and positive:
         return Support("sdpa", "sdpa.causal")
     return Support("sdpa", "sdpa.mask")
 
@@ -174,11 +183,13 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16, with the STE
-    gate or without."""
+    gate or without. For the recurrent family, `triton_recurrent`."""
     sel = key.select
+    if key.family == "recurrent":
+        return triton_recurrent(key)
     if key.family != "select" or sel is None:
-        return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
-                   "`select = top(1)` or `top(1, over=chunk(128))`")
+        return _no("triton", "the generated kernels cover the selection and recurrent families only",
+                   ("select",), "`select = top(1)` or `top(1, over=chunk(128))`")
     if sel.k != 1 and sel.over == "element":
         if sel.k > TRITON_TOPK_ELEMENT_MAX:
             return _no("triton", f"top-{sel.k} element selection: the generated kernels keep at most "
@@ -219,6 +230,26 @@ def triton(key: KernelKey) -> Support:
             return _no("triton", "chunk score `lse` is not generated (max and mean are)", ("select", "score"),
                        "`score = max` (Exact) or `score = mean` (Approx)")
     return Support("triton", f"triton.top{1 if sel.k == 1 else 'k'}_{sel.over}")
+
+
+def triton_recurrent(key: KernelKey) -> Support:
+    """The chunked reference (seqdsl/reference/recurrent.py: `chunked_ref`) with the delta rule's
+    state passing, one (Dk, Dk) x (Dk, Dv) product per chunk in order, in one Triton kernel per
+    direction (kernels/state_pass.py); the rest of the chunk algebra is torch's."""
+    if key.update in ("additive", "bonus"):
+        return _no("triton", f"update `{key.update}`: additive rules pass their states in closed form "
+                             "(batched products), with no walk over the chunks to put in a kernel",
+                   ("update",), "nothing: mamba-ssm's or fla's kernels run it on CUDA")
+    if key.update == "rwkv7":
+        return _no("triton", "RWKV-7's removal walks the chunks as the delta rule does, but the state-passing "
+                             "kernel is wired for the delta rule only (fla's chunk_rwkv7 runs RWKV-7)",
+                   ("update",), "nothing: fla's chunk_rwkv7 runs it on CUDA")
+    for what, dim in (("key", key.feature_dim), ("value", key.value_cols)):
+        if dim not in TRITON_HEAD_DIMS:
+            widths = ", ".join(map(str, TRITON_HEAD_DIMS))
+            return _no("triton", f"state {what} width {dim} is not one of {widths} (the state is one tile)",
+                       _width_slot(key, what), f"a {what} width of {widths}, e.g. `{_width_slot(key, what)[0]} = 64`")
+    return Support("triton", "triton.delta_chunk")
 
 
 # --- mamba-ssm (docs/mamba.md) ------------------------------------------------------------------------
@@ -263,7 +294,7 @@ def mamba(key: KernelKey) -> Support:
 BACKENDS = {"sdpa": sdpa, "fla": fla, "triton": triton, "mamba": mamba}
 # Where several accept a key, the planner runs each one's self-check and, when more than one
 # passes, measures them once and takes the faster (seqdsl/lower/paths.py).
-_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("mamba", "fla")}
+_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("mamba", "fla", "triton")}
 
 
 def fast_paths(key: KernelKey) -> list[Support]:

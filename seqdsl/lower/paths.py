@@ -26,6 +26,8 @@ Paths:
         `Dense.upto` tokens; past that a window or chunk-local span is masked (sdpa.mask) and a
         selection runs its reference, as the plan's reason says
     recurrent family
+        triton.delta_chunk  the delta rule's chunked reference with its state passing in a Triton
+                    kernel (seqdsl/kernels/state_pass.py), CUDA only, after a self-check
         mamba.ssd   mamba-ssm's Mamba-2 SSD chunked kernels (seqdsl/lower/backends/mamba_ssd.py), CUDA
                     only, after a self-check; single decoding steps (no gradient) run its
                     selective_state_update after a self-check of their own, else recurrent_ref
@@ -33,7 +35,8 @@ Paths:
                     (seqdsl/lower/backends/mamba_scan.py), likewise, decoding steps included
         fla.<op>    flash-linear-attention chunked kernels, CUDA only, after a self-check
         reference   chunked_ref (recurrent_ref for single steps)
-    Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla), each is
+    Where several fast kernels accept a key (mamba.ssd and fla.chunk_simple_gla; fla's delta
+    rules and triton.delta_chunk), each is
     self-checked, and when more than one passes they are timed once on this machine (kept with
     the self-check verdicts, seqdsl/lower/verdicts.py) and the faster runs.
 
@@ -192,7 +195,7 @@ class PathChooser:
             return _reference(self.key, "; ".join(failed))
         chosen, timing = self._fastest(passed, device, dtype)
         name = _backend(chosen)
-        if name is BackendName.TRITON:
+        if name is BackendName.TRITON and self.key.family == "select":
             self._top1 = backends.TRITON.bind(self.key)
         steps = self._mamba_decoding(device, dtype) if name is BackendName.MAMBA else ""
         return Plan(name, str(chosen.op), f"{backends.BACKENDS[name].what(str(chosen.op))}, self-checked against "
@@ -284,7 +287,10 @@ def _race(key: KernelKey, passed: list[support.Support], dtype: torch.dtype, dev
     F_, V = key.feature_dim, key.value_cols
     inputs = dict(q=rnd(B, T, H, F_) * key.scale, k=rnd(B, T, H, F_), v=rnd(B, T, H, V))
     if key.decay_shape != "none":
-        inputs["log_decay"] = -draw.uniform(B, T, H) * 0.5
+        inputs["log_decay"] = -draw.uniform(B, T, H, *((F_,) if key.decay_shape == "vector" else ())) * 0.5
+    if key.update == "delta":  # fla's delta rules and triton.delta_chunk: unit keys, a writing strength
+        inputs["k"] = torch.nn.functional.normalize(inputs["k"], dim=-1)
+        inputs["beta"] = torch.sigmoid(rnd(B, T, H))
     inputs = {name: t.requires_grad_() for name, t in inputs.items()}
     times = {}
     with torch.enable_grad(), torch.autocast(device.type, enabled=False):

@@ -63,12 +63,14 @@ sub-chunks, split at their boundary), and (T, T, Dk) in `parallel_ref`, an oracl
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Callable, Literal
 
 import torch
 from torch import Tensor
 
 UpdateKind = Literal["additive", "delta", "rwkv7"]
+# `affine_states` or an equal function: (M, b, S0) -> the states, S[n+1] = M[n] S[n] + b[n]
+StateWalk = Callable[[Tensor, Tensor, Tensor], Tensor]
 UPDATES: tuple[str, ...] = ("additive", "delta", "rwkv7")
 
 
@@ -202,7 +204,8 @@ def _chunk_segment_sums(log_decay: Tensor) -> Tensor:
 STATE_GROUP = 64  # chunks whose states are solved together in closed form (4096 steps at chunk 64)
 
 
-def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | None) -> Tensor:
+def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | None,
+                 walk: StateWalk | None = None) -> Tensor:
     """The states entering every chunk and the final one: (..., N+1, Dk, Dv) from
     S_(n+1) = (diag(exp(log_decay_n)) + low_rank_n) S_n + b_n, S_0 = S0.
 
@@ -214,7 +217,8 @@ def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | No
     N) steps of products batched over the chunks, was slower under CUDA graphs: 8.83 against 6.57
     ms for one Gated DeltaNet layer's forward and backward at 110m, batch 16 x 2048, TF32, H200,
     2026-11-27, `benchmarks/bench_recurrent.py --earlier`: its compositions cost Dk^3 per chunk
-    and step, in TF32 GEMMs that ran at about 50 TFLOP/s.)"""
+    and step, in TF32 GEMMs that ran at about 50 TFLOP/s.) `walk` replaces `affine_states`, the
+    loop, by an equal function (seqdsl/kernels/state_pass.py: the loop in one kernel)."""
     if low_rank is None:
         states, S = [], S0
         for start in range(0, b.shape[-3], STATE_GROUP):
@@ -226,9 +230,15 @@ def _pass_states(log_decay: Tensor, b: Tensor, S0: Tensor, low_rank: Tensor | No
     Dk = low_rank.shape[-1]
     decay = log_decay.exp().expand(*log_decay.shape[:-1], Dk)
     transition = low_rank + torch.diag_embed(decay)  # (..., N, Dk, Dk)
+    return (walk or affine_states)(transition, b, S0)
+
+
+def affine_states(M: Tensor, b: Tensor, S0: Tensor) -> Tensor:
+    """(..., N+1, Dk, Dv): S[0] = S0, S[n+1] = M[n] S[n] + b[n], one product per chunk, in order.
+    M (..., N, Dk, Dk), b (..., N, Dk, Dv), S0 (..., Dk, Dv)."""
     states = [S0]
     for n in range(b.shape[-3]):
-        states.append(transition[..., n, :, :] @ states[-1] + b[..., n, :, :])
+        states.append(M[..., n, :, :] @ states[-1] + b[..., n, :, :])
     return torch.stack(states, dim=-3)
 
 
@@ -347,8 +357,10 @@ def chunked_ref(
     kappa: Tensor | None = None,
     initial_state: Tensor | None = None,
     chunk_size: int = 64,
+    walk: StateWalk | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Chunk-parallel form of `recurrent_ref`, same arguments and results; any chunk_size >= 1.
+    `walk`: what runs the delta and rwkv7 rules' products of (C4), `affine_states` by default.
 
     Within chunk n, with G_i = sum of log decays of the chunk's steps up to and including i and
     Gx_i = G_i - g_i (up to i - 1), S_n the state entering the chunk:
@@ -412,7 +424,7 @@ def chunked_ref(
         b, low_rank = k_out @ v + write_out @ U0, write_out @ W
 
     # (C4) only the state travels from chunk to chunk; then every chunk's output at once.
-    states = _pass_states(G_last.squeeze(-2), b, S0, low_rank)  # (B, H, N+1, Dk, Dv)
+    states = _pass_states(G_last.squeeze(-2), b, S0, low_rank, walk)  # (B, H, N+1, Dk, Dv)
     o = (Q @ states[:, :, :N] + O).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
     return o.transpose(1, 2), states[:, :, N]
 

@@ -150,4 +150,28 @@ def test_mamba_table_names_what_rules_a_mixer_out(name, why):
 
 def test_mamba_is_preferred_where_both_recurrent_backends_apply():
     verdicts = support.fast_paths(_library_key("mamba2"))
-    assert [(v.backend, v.op) for v in verdicts] == [("mamba", "mamba.ssd"), ("fla", "fla.chunk_simple_gla")]
+    assert [(v.backend, v.op) for v in verdicts] == [("mamba", "mamba.ssd"), ("fla", "fla.chunk_simple_gla"),
+                                                      ("triton", None)]
+    assert "closed form" in verdicts[2].reason  # the additive rules have no walk to put in a kernel
+
+
+@pytest.mark.parametrize("name, fla_op", [("gated_deltanet", "fla.chunk_gated_delta_rule"),
+                                          ("deltanet", "fla.chunk_delta_rule")])
+def test_delta_rules_are_offered_to_fla_and_the_state_passing_kernel(name, fla_op):
+    """Both offers stand; the planner self-checks each and races them where both pass (on
+    Hopper with Triton 3.6 fla refuses its gated backward, and the kernel runs alone)."""
+    ops = [v.op for v in support.fast_paths(_library_key(name))]
+    assert ops == [None, fla_op, "triton.delta_chunk"]
+
+
+@pytest.mark.parametrize("name, why", [("rwkv7", "delta rule only"), ("rwkv6", "closed form"),
+                                       ("gla", "closed form"), ("transformer", "selection and recurrent")])
+def test_state_passing_kernel_table_names_what_rules_a_mixer_out(name, why):
+    verdict = support.triton(_library_key(name))
+    assert not verdict.ok and why in verdict.reason
+
+
+def test_state_passing_kernel_takes_whole_tiles_only():
+    _, model, mixers = _own_mixers(SPECS_DIR / "gated_deltanet.seq")
+    verdict = support.triton(kernel_key(mixers[0].model_copy(update={"head_dim": 48, "heads": 16}), model.d_model))
+    assert not verdict.ok and "width 48" in verdict.reason and verdict.slot == ("head_dim",)

@@ -204,10 +204,11 @@ def test_every_buildable_mixer_runs_forward_and_backward(mixer):
     assert all(torch.isfinite(p.grad).all() for p in module.parameters() if p.grad is not None)
 
 
-@pytest.mark.parametrize("scale", [-1.0, 0.0])
+@pytest.mark.parametrize("scale", [-1.0, 0.0, 1.5e-109])
 def test_a_score_scale_at_most_zero_plans_the_explicit_mask_and_matches_the_reference(scale):
-    """SDPA's `is_causal` gives NaN rows for a scale <= 0 (its kernels mask before scaling); the
-    support table plans the explicit mask for it, which matches the float64 reference."""
+    """SDPA's `is_causal` gives NaN rows for a scale <= 0 (its kernels mask before scaling), and
+    for a positive scale that is 0 in float32 (hypothesis found 1.5e-109); the support table plans
+    the explicit mask for them, which matches the float64 reference."""
     mixer = seqdsl.loads(f"mixer m {{ heads = 2  head_dim = 16  relation = dot(scale = {scale}) }}").program.mixer("m")
     torch.manual_seed(0)
     module = MixerModule(mixer, 32)

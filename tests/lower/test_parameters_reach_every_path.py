@@ -341,7 +341,8 @@ def cpu_paths(module: MixerModule) -> list[str]:
     support tables offer its key (with stand-ins where the kernel needs a GPU)."""
     key = module.key
     if key.family == "recurrent":
-        return ["reference.chunked", "reference.recurrent"] + [v.op for v in support.fast_paths(key) if v.ok]
+        return ["reference.chunked", "reference.recurrent"] + [
+            v.op for v in support.fast_paths(key) if v.ok and (v.backend != "triton" or kernels_on_cpu())]
     dense = getattr(module.paths, "dense", None)  # a mixer that is plain attention within its context
     if dense is not None:
         return ["reference"] + _sdpa_ops(dense.key)
@@ -427,7 +428,7 @@ def on_path(module: MixerModule, path: str) -> MixerModule:
     chooser = module.paths
     forced = Plan(BackendName(path.partition(".")[0]), path, "forced by the test")
     chooser.plan = lambda device, dtype=None: forced  # shadows the method: every call runs `path`
-    if path.startswith("triton."):
+    if path.startswith("triton.") and module.key.family == "select":
         from seqdsl.kernels import top1
 
         chooser._top1 = top1.bind(module.key)  # what a plan that chose the kernels binds

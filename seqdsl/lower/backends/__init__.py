@@ -18,5 +18,5 @@ SDPA, FLA, MAMBA, TRITON, REFERENCE = SdpaBackend(), FlaBackend(), MambaBackend(
 ATTENTION: dict[BackendName, AttentionBackend] = {
     BackendName.SDPA: SDPA, BackendName.TRITON: TRITON, BackendName.REFERENCE: REFERENCE}
 RECURRENT: dict[BackendName, RecurrentBackend] = {
-    BackendName.FLA: FLA, BackendName.MAMBA: MAMBA, BackendName.REFERENCE: REFERENCE}
+    BackendName.FLA: FLA, BackendName.MAMBA: MAMBA, BackendName.TRITON: TRITON, BackendName.REFERENCE: REFERENCE}
 BACKENDS: dict[BackendName, Backend] = {**ATTENTION, **RECURRENT}

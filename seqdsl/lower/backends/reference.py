@@ -87,7 +87,10 @@ _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delt
 
 
 @_in_float32
-def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool) -> tuple[Tensor, Tensor]:
+def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool,
+                        walk: rec_ref.StateWalk | None = None) -> tuple[Tensor, Tensor]:
+    """The step-by-step form (`step`, or a single step) or the chunked one, whose state passing
+    `walk` may run (the Triton backend's `triton.delta_chunk`: seqdsl/kernels/state_pass.py)."""
     if key.decay_shape == "selective":  # Mamba-1's step: rule (1) with a per-channel decay
         assert m.dt is not None and m.rate is not None, "the selective decay comes as a step and a rate"
         log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, m.v, m.log_decay)
@@ -98,4 +101,4 @@ def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, st
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
     # 64: fla's chunk size; per-channel decay builds its (c, c, Dk) decay tensors within sub-chunks
     # of 16 steps (seqdsl/reference/recurrent.py), so it no longer needs smaller chunks
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, **kwargs)
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, walk=walk, **kwargs)

@@ -1,9 +1,14 @@
-"""The Triton backend: the Top-1 selection kernels generated from the key (seqdsl/kernels,
-docs/kernels.md), CUDA only, after a self-check against seqdsl/reference/top1.py.
+"""The Triton backend, CUDA only, every op after a self-check against the reference:
 
-Whole sequences run the kernels planning bound (`bind`, outside any torch.compile region), one
-decoding step at the end of the cache the decode kernel; a chunk of several queries against a
-cache runs on the reference.
+    triton.top1_* / topk_*   the selection kernels generated from the key (seqdsl/kernels,
+                             docs/kernels.md), checked against seqdsl/reference/top1.py. Whole
+                             sequences run the kernels planning bound (`bind`, outside any
+                             torch.compile region), one decoding step at the end of the cache the
+                             decode kernel; a chunk of several queries against a cache runs on
+                             the reference.
+    triton.delta_chunk       the delta rule's chunked reference with its state passing in one
+                             kernel per direction (seqdsl/kernels/state_pass.py), checked against
+                             the chunked reference's own loop; decoding steps run the reference's.
 """
 
 from __future__ import annotations
@@ -13,28 +18,47 @@ from torch import Tensor
 
 from seqdsl.ir.key import Dense, KernelKey, shared_kv_group
 from seqdsl.lower.backends import reference
-from seqdsl.lower.inputs import AttentionInputs
+from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
+from seqdsl.reference import selfcheck
+
+DELTA_CHUNK = "triton.delta_chunk"
 
 
 class TritonBackend:
     def what(self, op: str) -> str:
+        if op == DELTA_CHUNK:
+            return "the chunked reference with its state passing in a Triton kernel"
         return "generated Triton kernel"
 
     def facts(self, key: KernelKey) -> str:
+        if key.family == "recurrent":  # the kernel is specialised on the state's widths alone
+            return f"K={key.feature_dim} V={key.value_cols} decay={key.decay_shape}"
         return repr(key)  # generated from the whole key
 
     def known_refusal(self, key: KernelKey, op: str) -> str:
         try:
-            from seqdsl.kernels import top1  # noqa: F401
+            if op == DELTA_CHUNK:
+                from seqdsl.kernels import state_pass  # noqa: F401
+            else:
+                from seqdsl.kernels import top1  # noqa: F401
         except ImportError as err:
-            return f"the generated kernels are not importable here ({err})"
+            return f"the Triton kernels are not importable here ({err})"
         return ""
 
     def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+        if op == DELTA_CHUNK:
+            return delta_chunk_self_check(key, dtype, device)
         from seqdsl.kernels import top1
 
         return top1.self_check(key, dtype, device)
+
+    def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
+              step_checked: bool = False) -> tuple[Tensor, Tensor]:
+        from seqdsl.kernels import state_pass
+
+        assert op == DELTA_CHUNK, f"the Triton backend runs no recurrent op {op!r}"
+        return reference.recurrent_reference(key, m, S, False, state_pass.affine_states)
 
     def bind(self, key: KernelKey):
         """The compiled kernels of `key`, registered now: binding inside a torch.compile region
@@ -61,3 +85,40 @@ class TritonBackend:
             # query head (autograd sums a group's gradients through the repeat)
             return kernels(m.q, attn_ref.repeat_heads(m.k, key.heads), attn_ref.repeat_heads(m.v, key.heads))
         return reference.attention_reference(key, m)
+
+
+def delta_chunk_inputs(key: KernelKey, dtype: torch.dtype, device: torch.device, T: int = 200) -> list:
+    """Random delta-rule inputs shaped like the key's calls (one batch, two heads, T over three
+    chunks of the reference's 64 and not a multiple of them), with its kind of decay, and an
+    initial state, in the order of `_DELTA_ARGS`."""
+    draw = selfcheck.Draws(device)
+    K, V, H = key.feature_dim, key.value_cols, 2
+    q = draw.normal(1, T, H, K, dtype=dtype) * K ** -0.5
+    k = torch.nn.functional.normalize(draw.normal(1, T, H, K), dim=-1).to(dtype)
+    v = draw.normal(1, T, H, V, dtype=dtype)
+    log_decay = None
+    if key.decay_shape != "none":
+        log_decay = -draw.uniform(1, T, H, *((K,) if key.decay_shape == "vector" else ())) * 0.5
+    beta = torch.sigmoid(draw.normal(1, T, H)).to(dtype)
+    return [q, k, v, log_decay, beta, draw.normal(1, H, K, V) * 0.1]
+
+
+_DELTA_ARGS = ("q", "k", "v", "log_decay", "beta", "initial_state")
+
+
+def delta_chunk_self_check(key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
+    """`triton.delta_chunk` against the chunked reference with its own loop, outputs, final state
+    and every input's gradient, from inputs in `dtype` (the reference computes in float32 at least,
+    so the two differ only by the state passing's rounding: TF32 products where allowed)."""
+    from seqdsl.kernels import state_pass
+
+    def call(walk):
+        def run(q, k, v, log_decay, beta, S):
+            m = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay, beta=beta)
+            return reference.recurrent_reference(key, m, S, False, walk)
+        return run
+
+    return selfcheck.self_check(
+        call(state_pass.affine_states), call(None), delta_chunk_inputs(key, dtype, device), _DELTA_ARGS,
+        outputs=("output", "state"), tolerance=selfcheck.TF32_TOLERANCE[torch.float32] if dtype != torch.float64
+        else 1e-8, reference_dtype=torch.float64, device=device)
