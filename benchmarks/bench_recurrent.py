@@ -16,11 +16,12 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
     triton.delta_chunk+compile   delta rules on CUDA: the compiled form with the state passing in
                      one Triton kernel per direction, what the `triton.delta_chunk` path runs
                      (seqdsl/kernels/state_pass.py)
-    chunked+compile, <other>     with --earlier, for the delta rules: the same compiled form with
-                     algorithms this file keeps (2026-11-27): `solve` the chunk inverse by one
-                     triangular solve (the reference's before; it now goes by halves), `scan` the
-                     states by a scan over the chunks' affine maps (tried in place of the
-                     reference's loop over the chunks, and slower), and `scan+solve` both
+    <form>, <other>  with --earlier, for the delta rules: the compiled form (with the state-passing
+                     kernel on CUDA) with algorithms this file keeps: `solve` the chunk inverse by
+                     one triangular solve (the reference's before 2026-11-27; it now goes by
+                     halves), `scan` the states by a scan over the chunks' affine maps (tried in
+                     place of the loop over the chunks, and slower), `scan+solve` both, and
+                     `products` the delta rule's maps as six products (before 2026-11-28)
 
 With --cuda-graphs the compiled forms are compiled with mode="reduce-overhead" (CUDA graphs, as
 `seqdsl train` runs them with `cuda_graphs = true`), so small kernels are timed without their
@@ -116,9 +117,17 @@ def scan_pass_states(log_decay, b, S0, low_rank, walk=None):
     return torch.cat([S0.unsqueeze(-3), offset], dim=-3)
 
 
+def separate_delta_maps(solve, A_qk, k_out, q_in, bv, bk):
+    """The delta rule's affine maps as six products, U0 and W apart (the reference's before
+    2026-11-28, which now multiplies each left factor by [U0 | W] once)."""
+    U0, W = solve @ bv, solve @ bk
+    return q_in - A_qk @ W, A_qk @ U0, k_out @ U0, -(k_out @ W)
+
+
 LOOP_PASS_STATES = rec._pass_states  # the reference's own, kept for the additive rules while swapped
 EARLIER = {"solve": {"_inverse_by_halves": solve_inverse}, "scan": {"_pass_states": scan_pass_states},
-           "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse}}
+           "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse},
+           "products": {"_delta_maps": separate_delta_maps}}
 
 
 @contextlib.contextmanager
@@ -170,17 +179,19 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     leaves = random_inputs(key, B, T, device, dtype)
     chunked = lambda m: recurrent_reference(key, m, None, False)
-    compiled = lambda: torch.compile(chunked, fullgraph=True, dynamic=False,
-                                     mode="reduce-overhead" if cuda_graphs else None)
-    forms = {"chunked": (chunked, None), "chunked+compile": (compiled(), None)}
+    compiled = lambda fn: torch.compile(fn, fullgraph=True, dynamic=False,
+                                        mode="reduce-overhead" if cuda_graphs else None)
+    forms = {"chunked": (chunked, None), "chunked+compile": (compiled(chunked), None)}
+    base, base_name = chunked, "chunked+compile"  # what the earlier algorithms are swapped into
     if key.update == "delta" and device.type == "cuda":
         from seqdsl.kernels import state_pass
 
-        walked = lambda m: recurrent_reference(key, m, None, False, state_pass.affine_states)
-        forms["triton.delta_chunk+compile"] = (torch.compile(walked, fullgraph=True, dynamic=False,
-                                                             mode="reduce-overhead" if cuda_graphs else None), None)
+        base, base_name = (lambda m: recurrent_reference(key, m, None, False, state_pass.affine_states),
+                           "triton.delta_chunk+compile")
+        forms[base_name] = (compiled(base), None)
     if earlier_forms and key.update in ("delta", "rwkv7"):
-        forms.update({f"chunked+compile, {name}": (compiled(), name) for name in EARLIER})
+        forms.update({f"{base_name}, {name}": (compiled(base), name) for name in EARLIER
+                      if key.update == "delta" or "_delta_maps" not in EARLIER[name]})
     if recurrent:
         forms["recurrent"] = (lambda m: recurrent_reference(key, m, None, True), None)
     shape = (f"H {key.heads} K {key.feature_dim} V {key.value_cols} decay {key.decay_shape} "
@@ -229,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; "
           f"forward + backward of one layer's mixing",
           flush=True)
-    print(f"{'spec':<18} {'form':<28} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
+    print(f"{'spec':<18} {'form':<40} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
     rows, failed = [], False
     for name in args.specs.split(","):
         try:
@@ -243,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['spec']:<18} failed: {r['error']}", flush=True)
                 continue
             diff = "" if r["rel_diff_vs_eager"] is None else f"{r['rel_diff_vs_eager']:.1e}"
-            print(f"{r['spec']:<18} {r['form']:<28} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
+            print(f"{r['spec']:<18} {r['form']:<40} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
                   f"{r['first_call_s']:>8.1f} {diff:>9}  {r['shape']}", flush=True)
         rows += new
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,

@@ -20,10 +20,15 @@ A[n] = M[n]^T A[n+1] + dS[n]; then dS0 = A[0], db[n] = A[n+1] and dM[n] = A[n+1]
 last one batched GEMM over every chunk at once (it needs whole rows of A and S, which the
 column blocks split).
 
-Products run in float32 on tensor cores as TF32 when torch allows TF32 for float32 matmuls
-(`torch.backends.cuda.matmul.allow_tf32`, seqdsl train's `tf32 = true`), exactly as the
-reference's loop of matmuls does under the same setting; else in full float32. This kernel is
-written by hand, not generated: nothing in it depends on the spec but the widths.
+Precision: where torch allows TF32 for float32 matmuls (`torch.backends.cuda.matmul.allow_tf32`,
+seqdsl train's `tf32 = true`) the products run on tensor cores as three TF32 products
+(`tf32x3`, the operands split into a high and a low TF32 part), about float32's accuracy;
+else in full float32 (`ieee`). Plain TF32 drifted: over 32 chained products of 64-wide
+transitions the states' error against float64 was 2.6e-3 of their norm on an H100, against
+4.4e-4 for the reference's loop of cuBLAS TF32 matmuls (Triton's TF32 drops the low mantissa
+bits, cuBLAS rounds them; `benchmarks/results/state_pass_gpu_2026-11-28/`). The walk is bound
+by latency, not by its products, so the two extra products cost little. This kernel is written
+by hand, not generated: nothing in it depends on the spec but the widths.
 """
 
 from __future__ import annotations
@@ -69,8 +74,9 @@ def _walk(M, C, X0, X, N, DK: tl.constexpr, DV: tl.constexpr, BV: tl.constexpr,
 
 
 def _precision(dtype: torch.dtype) -> str:
+    """tl.dot's input precision (module docstring)."""
     if dtype == torch.float32 and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
+        return "tf32x3"
     return "ieee"
 
 

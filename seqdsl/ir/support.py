@@ -183,13 +183,11 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16, with the STE
-    gate or without. For the recurrent family, `triton_recurrent`."""
+    gate or without. (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
-    if key.family == "recurrent":
-        return triton_recurrent(key)
     if key.family != "select" or sel is None:
-        return _no("triton", "the generated kernels cover the selection and recurrent families only",
-                   ("select",), "`select = top(1)` or `top(1, over=chunk(128))`")
+        return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
+                   "`select = top(1)` or `top(1, over=chunk(128))`")
     if sel.k != 1 and sel.over == "element":
         if sel.k > TRITON_TOPK_ELEMENT_MAX:
             return _no("triton", f"top-{sel.k} element selection: the generated kernels keep at most "
@@ -291,12 +289,13 @@ def mamba(key: KernelKey) -> Support:
 
 # --- all backends, per family, in the planner's order of preference --------------------------------
 
-BACKENDS = {"sdpa": sdpa, "fla": fla, "triton": triton, "mamba": mamba}
-# Where several accept a key, the planner runs each one's self-check and, when more than one
-# passes, measures them once and takes the faster (seqdsl/lower/paths.py).
-_FAST_FOR_FAMILY = {"softmax": ("sdpa",), "select": ("triton",), "recurrent": ("mamba", "fla", "triton")}
+TABLES = (sdpa, fla, triton, triton_recurrent, mamba)  # every table (tests/ir/test_exhaustive.py)
+# Each family's tables, in the planner's order of preference. Where several accept a key, the
+# planner runs each one's self-check and, when more than one passes, measures them once and
+# takes the faster (seqdsl/lower/paths.py).
+_FAST_FOR_FAMILY = {"softmax": (sdpa,), "select": (triton,), "recurrent": (mamba, fla, triton_recurrent)}
 
 
 def fast_paths(key: KernelKey) -> list[Support]:
     """What each fast backend that could serve this key's family says about it, best first."""
-    return [BACKENDS[name](key) for name in _FAST_FOR_FAMILY[key.family]]
+    return [table(key) for table in _FAST_FOR_FAMILY[key.family]]

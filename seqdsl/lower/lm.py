@@ -236,11 +236,21 @@ class LanguageModel(nn.Module):
         """Plan every mixer's path for `device` with one eager two-token forward (under autocast to
         `autocast_dtype` when given, as training runs), so that a `torch.compile`d forward finds its
         plans made: planning runs self-checks, times kernels and logs, which cannot be traced
-        (a compiled call with no plan raises). Zeros as tokens: no random number is drawn."""
+        (a compiled call with no plan raises). Zeros as tokens: no random number is drawn. The
+        forward's mixers run the reference once planned (`PathChooser.planning_only`): a fast
+        kernel would be compiled, and a library's autotuned, for two tokens, a shape training
+        never runs, on the way to its first step."""
         device = torch.device(device)
         tokens = torch.zeros(1, 2, dtype=torch.long, device=device)
-        with torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
-            self(tokens)
+        choosers = [mixer.paths for mixer in self.mixers()]
+        for chooser in choosers:
+            chooser.planning_only = True
+        try:
+            with torch.no_grad(), torch.autocast(device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+                self(tokens)
+        finally:
+            for chooser in choosers:
+                chooser.planning_only = False
 
     def describe_paths(self, device: torch.device | str) -> list[tuple[int, str, str, str]]:
         """[(layer, mixer name, path, reason)] this model takes on `device`: the plan its calls

@@ -107,6 +107,10 @@ class PathChooser:
         self.name = name  # the mixer's name, for messages
         self.dense = dense  # plain causal attention within the context (seqdsl.ir.key.dense_at)
         self.force: str | None = _forced_from_env()
+        # set by LanguageModel.plan_paths for its throwaway two-token forward: the plans are made
+        # (self-checks and all), then the call runs the reference, not the planned kernel, which
+        # would compile (and autotune) for a two-token shape that training never runs
+        self.planning_only = False
         self.chosen: dict[str, Plan] = {}
         self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
         self._top1: object = None  # the generated kernels, bound when a plan picks them
@@ -247,11 +251,15 @@ class PathChooser:
     def attention(self, m: AttentionInputs) -> Tensor:
         """Softmax and select families, on the planned backend."""
         plan = self._plan_call(m.q)
+        if self.planning_only:
+            return backends.REFERENCE.attend(self.key, "reference", m, dense=self.dense)
         return backends.ATTENTION[plan.backend].attend(self.key, plan.op, m, dense=self.dense, kernels=self._top1)
 
     def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
         """Recurrent family, on the planned backend."""
         plan = self._plan_call(m.q)
+        if self.planning_only:
+            return backends.REFERENCE.recur(self.key, CHUNKED, m, S)
         # a decoding step may take the plan's own step kernel when that passed its self-check
         step_checked = (str(m.q.device), m.q.dtype) in self._mamba_steps
         return backends.RECURRENT[plan.backend].recur(self.key, plan.op, m, S, step_checked=step_checked)

@@ -165,13 +165,19 @@ def test_delta_rules_are_offered_to_fla_and_the_state_passing_kernel(name, fla_o
 
 
 @pytest.mark.parametrize("name, why", [("rwkv7", "delta rule only"), ("rwkv6", "closed form"),
-                                       ("gla", "closed form"), ("transformer", "selection and recurrent")])
+                                       ("gla", "closed form"), ("mamba2", "closed form")])
 def test_state_passing_kernel_table_names_what_rules_a_mixer_out(name, why):
-    verdict = support.triton(_library_key(name))
+    verdict = support.triton_recurrent(_library_key(name))
     assert not verdict.ok and why in verdict.reason
+
+
+def test_the_generated_kernels_table_still_refuses_the_recurrent_family():
+    """codegen renders what `support.triton` admits: the state-passing kernel is not generated."""
+    assert not support.triton(_library_key("gated_deltanet")).ok
 
 
 def test_state_passing_kernel_takes_whole_tiles_only():
     _, model, mixers = _own_mixers(SPECS_DIR / "gated_deltanet.seq")
-    verdict = support.triton(kernel_key(mixers[0].model_copy(update={"head_dim": 48, "heads": 16}), model.d_model))
+    verdict = support.triton_recurrent(kernel_key(mixers[0].model_copy(update={"head_dim": 48, "heads": 16}),
+                                                  model.d_model))
     assert not verdict.ok and "width 48" in verdict.reason and verdict.slot == ("head_dim",)

@@ -19,6 +19,7 @@ from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.lower.paths import PathChooser
 from seqdsl.reference.recurrent import recurrent_ref
 from tests.ir.test_support import _library_key
+from tests.spec_library import SPECS_DIR
 
 
 def _inputs(T: int, H: int = 2, K: int = 8, V: int = 8) -> RecurrentInputs:
@@ -216,3 +217,20 @@ def test_described_paths_are_the_plans_the_calls_took_not_the_display_plan(monke
     ((_, _, after, why),) = lm.describe_paths("cpu")
     ran = lm.blocks[0].mixer.paths.plan("cpu", torch.float32)
     assert (after, why) == (ran.op, ran.reason) and after == "reference.chunked"
+
+
+def test_plan_paths_makes_every_plan_and_runs_no_planned_kernel(monkeypatch):
+    """`LanguageModel.plan_paths` plans each mixer with a two-token forward whose mixers then run
+    the reference: the planned kernel is not run (compiled, autotuned) for two tokens. The next
+    call runs it."""
+    recorder = _Recorder()
+    monkeypatch.setitem(backends.RECURRENT, BackendName.FLA, recorder)
+    lm = build_lm(seqdsl.load(SPECS_DIR / "mamba2.seq").program, preset="tiny")
+    planned = Plan(BackendName.FLA, "fla.chunk_simple_gla", "planned")
+    for mixer in lm.mixers():
+        monkeypatch.setattr(mixer.paths, "plan", lambda device, dtype=None: planned)
+    lm.plan_paths("cpu")
+    assert recorder.calls == []
+    assert all(mixer.paths.describe()["cpu"] == planned and not mixer.paths.planning_only for mixer in lm.mixers())
+    lm(torch.zeros(1, 3, dtype=torch.long))
+    assert recorder.calls == ["fla.chunk_simple_gla"] * len(lm.mixers())
