@@ -20,8 +20,7 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
                      kernel on CUDA) with algorithms this file keeps: `solve` the chunk inverse by
                      one triangular solve (the reference's before 2026-11-27; it now goes by
                      halves), `scan` the states by a scan over the chunks' affine maps (tried in
-                     place of the loop over the chunks, and slower), `scan+solve` both, and
-                     `products` the delta rule's maps as six products (before 2026-11-28)
+                     place of the loop over the chunks, and slower), and `scan+solve` both
 
 With --cuda-graphs the compiled forms are compiled with mode="reduce-overhead" (CUDA graphs, as
 `seqdsl train` runs them with `cuda_graphs = true`), so small kernels are timed without their
@@ -117,17 +116,9 @@ def scan_pass_states(log_decay, b, S0, low_rank, walk=None):
     return torch.cat([S0.unsqueeze(-3), offset], dim=-3)
 
 
-def separate_delta_maps(solve, A_qk, k_out, q_in, bv, bk):
-    """The delta rule's affine maps as six products, U0 and W apart (the reference's before
-    2026-11-28, which now multiplies each left factor by [U0 | W] once)."""
-    U0, W = solve @ bv, solve @ bk
-    return q_in - A_qk @ W, A_qk @ U0, k_out @ U0, -(k_out @ W)
-
-
 LOOP_PASS_STATES = rec._pass_states  # the reference's own, kept for the additive rules while swapped
 EARLIER = {"solve": {"_inverse_by_halves": solve_inverse}, "scan": {"_pass_states": scan_pass_states},
-           "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse},
-           "products": {"_delta_maps": separate_delta_maps}}
+           "scan+solve": {"_pass_states": scan_pass_states, "_inverse_by_halves": solve_inverse}}
 
 
 @contextlib.contextmanager
@@ -174,7 +165,7 @@ def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[fl
 
 
 def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device,
-               recurrent: bool, earlier_forms: bool = False, cuda_graphs: bool = False) -> list[dict]:
+               recurrent: bool, earlier_forms: tuple[str, ...] = (), cuda_graphs: bool = False) -> list[dict]:
     key = layer_key(name, preset)
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
     leaves = random_inputs(key, B, T, device, dtype)
@@ -189,9 +180,8 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
         base, base_name = (lambda m: recurrent_reference(key, m, None, False, state_pass.affine_states),
                            "triton.delta_chunk+compile")
         forms[base_name] = (compiled(base), None)
-    if earlier_forms and key.update in ("delta", "rwkv7"):
-        forms.update({f"{base_name}, {name}": (compiled(base), name) for name in EARLIER
-                      if key.update == "delta" or "_delta_maps" not in EARLIER[name]})
+    if key.update in ("delta", "rwkv7"):
+        forms.update({f"{base_name}, {name}": (compiled(base), name) for name in earlier_forms})
     if recurrent:
         forms["recurrent"] = (lambda m: recurrent_reference(key, m, None, True), None)
     shape = (f"H {key.heads} K {key.feature_dim} V {key.value_cols} decay {key.decay_shape} "
@@ -219,8 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--recurrent", action="store_true", help="also time the step-by-step definition")
     p.add_argument("--tf32", action="store_true", help="let float32 matmuls use TF32 on CUDA")
-    p.add_argument("--earlier", action="store_true",
-                   help="delta rules: also time the compiled form with the other state passing and inverse")
+    p.add_argument("--earlier", nargs="?", const=",".join(EARLIER), default="",
+                   help="delta rules: also time the compiled form with earlier algorithms (all, or a comma list "
+                        f"of {', '.join(EARLIER)})")
     p.add_argument("--cuda-graphs", action="store_true", help="compile with mode='reduce-overhead' (CUDA graphs)")
     p.add_argument("--device", default=None)
     p.add_argument("--smoke", action="store_true", help="tiny preset, seq 128, batch 2, on CPU")
@@ -229,6 +220,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.preset, args.seq, args.batch, args.repeats = "tiny", 128, 2, 1
         args.device = args.device or "cpu"
+    earlier_names = tuple(name for name in args.earlier.split(",") if name)
+    unknown = [name for name in earlier_names if name not in EARLIER]
+    if unknown:
+        p.error(f"--earlier: unknown {', '.join(unknown)} (known: {', '.join(EARLIER)})")
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.backends.cuda.matmul.allow_tf32 = args.tf32
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
@@ -245,7 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.specs.split(","):
         try:
             new = bench_spec(name, args.preset, args.batch, args.seq, args.repeats, device, args.recurrent,
-                             args.earlier, args.cuda_graphs)
+                             earlier_names, args.cuda_graphs)
         except Exception as err:  # one failing spec must not hide the others' figures
             traceback.print_exc()
             new, failed = [{"spec": name, "error": f"{type(err).__name__}: {err}".splitlines()[0]}], True

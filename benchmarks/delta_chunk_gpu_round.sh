@@ -5,8 +5,8 @@
 #   2. benchmarks/bench_recurrent.py: one Gated DeltaNet layer's mixing, forward + backward,
 #      compiled with CUDA graphs (as `seqdsl train` runs it), batch 16 x 2048, TF32: the chunked
 #      reference (its state passing a loop over the chunks) against `triton.delta_chunk` (the
-#      same with the state passing in one kernel); EARLIER=1 adds the algorithms kept from
-#      2026-11-27 (a scan over the chunks, the inverse by one triangular solve)
+#      same with the state passing in one kernel); EARLIER=<names> adds the algorithms the
+#      benchmark keeps (solve, scan, scan+solve: bench_recurrent.py's docstring)
 #   3. with PROFILE=1, benchmarks/profile_train.py: the 110m Gated DeltaNet training step's kernels
 #      (batch 16)
 # Results (JSON, logs) go to $OUT when set, else benchmarks/results.
@@ -19,7 +19,7 @@ if [ "${TESTS:-1}" = 1 ]; then
     echo "state-pass GPU tests rc=$?"; tail -n 3 "$out/gpu_state_pass_tests.log"
 fi
 earlier=()
-[ "${EARLIER:-0}" = 1 ] && earlier=(--earlier)
+[ -n "${EARLIER:-}" ] && earlier=(--earlier "$EARLIER")  # e.g. EARLIER=solve,scan
 timeout 300 "$py" benchmarks/bench_recurrent.py --specs "${SPECS:-gated_deltanet}" --batch 16 --tf32 \
     "${earlier[@]}" --cuda-graphs --repeats 10 --out "$out/bench_recurrent_$date_tag.json" 2>&1 \
     | grep -v -e Warning -e "check(" | tee "$out/bench_recurrent.log" | tail -n 8
