@@ -94,9 +94,12 @@ def test_the_state_walk_ops_pass_opcheck():
                           (M.detach(), torch.randn(2, 4, 16, 32)))
 
 
-def test_the_state_walk_refuses_widths_that_are_not_whole_tiles():
+def test_the_state_walk_refuses_widths_that_are_not_whole_tiles_and_mixed_dtypes():
     with pytest.raises(ValueError, match="state widths 16x48"):
         state_pass.affine_states(*walk_inputs((1,), 2, 16, 48, torch.float32))
+    M, b, S0 = walk_inputs((1,), 2, 16, 16, torch.float32)
+    with pytest.raises(ValueError, match="one dtype"):
+        state_pass.affine_states(M, b, S0.double())
 
 
 def delta_inputs(T: int, K: int, V: int, decay: str, seed: int = 0) -> dict:

@@ -88,8 +88,8 @@ class TritonBackend:
 
 
 def delta_chunk_inputs(key: KernelKey, dtype: torch.dtype, device: torch.device, T: int = 200) -> list:
-    """Random delta-rule inputs shaped like the key's calls (one batch, two heads, T over three
-    chunks of the reference's 64 and not a multiple of them), with its kind of decay, and an
+    """Random delta-rule inputs shaped like the key's calls (one batch, two heads; T = 200: three
+    whole chunks of the reference's 64 and a partial fourth), with its kind of decay, and an
     initial state, in the order of `_DELTA_ARGS`."""
     draw = selfcheck.Draws(device)
     K, V, H = key.feature_dim, key.value_cols, 2
@@ -108,8 +108,9 @@ _DELTA_ARGS = ("q", "k", "v", "log_decay", "beta", "initial_state")
 
 def delta_chunk_self_check(key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
     """`triton.delta_chunk` against the chunked reference with its own loop, outputs, final state
-    and every input's gradient, from inputs in `dtype` (the reference computes in float32 at least,
-    so the two differ only by the state passing's rounding: TF32 products where allowed)."""
+    and every input's gradient, from inputs in `dtype`, against a float64 reference; the path
+    computes in float32 at least, so TF32's tolerance (where torch allows TF32, its chunk
+    algebra's cuBLAS products round to it; the kernel's own products do not, kernels/state_pass.py)."""
     from seqdsl.kernels import state_pass
 
     def call(walk):
