@@ -184,8 +184,11 @@ MUTANTS = (
            'seqdsl/text.py', 'out = lm.generate(tokens, steps, temperature=temperature, generator=generator)',
            'out = lm.generate(tokens, steps, generator=generator)', tests=('tests/lower',)),
     Mutant('sdpa_causal_for_any_scale', "SDPA's is_causal path taken for scale <= 0 (NaN rows)",
-           'seqdsl/ir/support.py', ' and not key.score_bias and key.scale > 0:',
+           'seqdsl/ir/support.py', ' and not key.score_bias and positive:',
            ' and not key.score_bias:', tests=('tests/lower',)),
+    Mutant('sdpa_scale_judged_in_float64', "SDPA's is_causal path taken for a scale that is 0 in float32 "
+           "(1.5e-109: NaN rows)", 'seqdsl/ir/support.py', '    positive = _float32(key.scale / key.temperature) > 0',
+           '    positive = key.scale / key.temperature > 0', tests=('tests/lower/test_lowering_contract.py',)),
     Mutant('fla_any_width', 'fla is planned for key/value widths that are not powers of two',
            'seqdsl/ir/support.py', '    if odd:\n', '    if False:\n', tests=('tests/ir',)),
     Mutant('triton_negative_scale', 'the Triton kernels accept scale <= 0',
