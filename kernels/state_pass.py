@@ -12,7 +12,7 @@ The chunked reference (`seqdsl/reference/recurrent.py: affine_states`) runs this
 small products, in order: one launch per chunk and direction (32 at 2K tokens, 468 launches and
 10.8 ms of a 178.7 ms Gated DeltaNet step in the H100 profile of docs/training.md; this kernel
 took 3.2 ms of a 164.1 ms step in 24 launches), and a loop that torch.compile unrolls into the
-graph it compiles (one layer's compilation: 26-30 s with the loop, 10-11 s with the kernel). Here one program per recurrence and
+graph it compiles (one layer's compilation: 25.9-29.7 s with the loop, 9.5-10.8 s with the kernel). Here one program per recurrence and
 block of state columns holds its slice of the state in registers and walks the chunks (columns
 are independent: M multiplies from the left), reading each transition once.
 
