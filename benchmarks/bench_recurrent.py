@@ -14,8 +14,10 @@ shape, update rule), in bf16 on CUDA as autocast hands them over. Forms:
     chunked+compile  torch.compile(fullgraph=True) of the same function (first call = compilation)
     recurrent        the step-by-step definition, eager (only with --recurrent: T sequential steps)
     triton.delta_chunk+compile   delta rules on CUDA: the compiled form with the state passing in
-                     one Triton kernel per direction, what the `triton.delta_chunk` path runs
-                     (seqdsl/kernels/state_pass.py)
+                     one Triton kernel per direction and the chunk products in bf16, what the
+                     `triton.delta_chunk` path runs (seqdsl/kernels/state_pass.py)
+    triton.delta_chunk+compile, fp32   the same with every product in float32 (TF32), as the
+                     path ran before 2026-11-28 (tenth session)
     <form>, <other>  with --earlier, for the delta rules: the compiled form (with the state-passing
                      kernel on CUDA) with algorithms this file keeps: `solve` the chunk inverse by
                      one triangular solve (the reference's before 2026-11-27; it now goes by
@@ -176,10 +178,12 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
     base, base_name = chunked, "chunked+compile"  # what the earlier algorithms are swapped into
     if key.update == "delta" and device.type == "cuda":
         from seqdsl.kernels import state_pass
+        from seqdsl.lower.backends.triton import delta_chunk
 
         base, base_name = (lambda m: recurrent_reference(key, m, None, False, state_pass.affine_states),
-                           "triton.delta_chunk+compile")
+                           "triton.delta_chunk+compile, fp32")
         forms[base_name] = (compiled(base), None)
+        forms["triton.delta_chunk+compile"] = (compiled(lambda m: delta_chunk(key, m, None)), None)
     if key.update in ("delta", "rwkv7"):
         forms.update({f"{base_name}, {name}": (compiled(base), name) for name in earlier_forms})
     if recurrent:

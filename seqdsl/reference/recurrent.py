@@ -358,9 +358,14 @@ def chunked_ref(
     initial_state: Tensor | None = None,
     chunk_size: int = 64,
     walk: StateWalk | None = None,
+    products: torch.dtype | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Chunk-parallel form of `recurrent_ref`, same arguments and results; any chunk_size >= 1.
     `walk`: what runs the delta and rwkv7 rules' products of (C4), `affine_states` by default.
+    `products` (delta rule only): a lower precision (bf16) for the chunk products' operands and
+    results, as fla's chunk kernels take them; the cumulative decays, the scores the chunk
+    inverse is taken of, the inverse itself and the states passed stay in the inputs' dtype.
+    None (the oracle): every product in the inputs' dtype.
 
     Within chunk n, with G_i = sum of log decays of the chunk's steps up to and including i and
     Gx_i = G_i - g_i (up to i - 1), S_n the state entering the chunk:
@@ -375,6 +380,8 @@ def chunked_ref(
     No step of the sequence is taken one at a time, and nothing (T, T)-sized is built."""
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if products is not None and update != "delta":
+        raise ValueError(f"lower-precision products are written for the delta rule only, not {update!r}")
     q, k, v, g, beta, read, write, S0 = _prepare(
         q, k, v, log_decay, beta, update, bonus, a, kappa, initial_state)
     B, H, T, _ = q.shape
@@ -391,9 +398,11 @@ def chunked_ref(
     k_out = (k * (G_last - G).exp()).transpose(-1, -2)  # (B, H, N, Dk, C): k_j's path to the chunk's end
     eye = torch.eye(C, dtype=q.dtype, device=q.device)
 
+    low = (lambda t: t) if products is None else (lambda t: t.to(products))
+
     # (C1) intra-chunk scores, and the query's view of the chunk's initial state.
     if bonus is None:
-        A_qk, q_in = _scores(q, k, G, G, strict=False), q * G.exp()
+        A_qk, q_in = _scores(low(q), low(k), G, G, strict=False), q * G.exp()
     else:
         # (2): strictly earlier keys with one decay fewer, plus the diagonal through the bonus.
         own = (q * bonus[:, None, None, :] * k).sum(-1)  # (B, H, N, C)
@@ -408,12 +417,14 @@ def chunked_ref(
         Q, O, b = q_in, A_qk @ v, k_out @ v
     elif update == "delta":
         lhs = eye + beta * _scores(k, k, G, G, strict=True)
-        solve = _unit_lower_inverse(lhs)  # (B, H, N, C, C): one inverse for both right-hand sides
-        U0, W = solve @ (beta * v), solve @ (beta * k * G.exp())
+        solve = low(_unit_lower_inverse(lhs))  # (B, H, N, C, C): one inverse for both right-hand sides
+        U0, W = solve @ low(beta * v), solve @ low(beta * k * G.exp())
         # o = q_in S + A_qk (U0 - W S);  S' = exp(G_last) S + k_out (U0 - W S). (Each left factor
         # times [U0 | W] at once, three products of twice the width, was 2% slower in the compiled
         # layer: 7.84 against 7.70 ms, H100, 2026-11-28, benchmarks/results/state_pass_gpu_2026-11-28/call4.)
-        Q, O, b, low_rank = q_in - A_qk @ W, A_qk @ U0, k_out @ U0, -(k_out @ W)
+        A_qk, k_out = low(A_qk), low(k_out)
+        Q, O = low(q_in) - A_qk @ W, A_qk @ U0
+        b, low_rank = (k_out @ U0).to(S0.dtype), -(k_out @ W).to(S0.dtype)  # the states stay in S0's dtype
     else:
         lhs = eye - _scores(read, write, Gx, G, strict=True)
         A_rk = _scores(read, k, Gx, G, strict=True)
@@ -427,7 +438,7 @@ def chunked_ref(
 
     # (C4) only the state travels from chunk to chunk; then every chunk's output at once.
     states = _pass_states(G_last.squeeze(-2), b, S0, low_rank, walk)  # (B, H, N+1, Dk, Dv)
-    o = (Q @ states[:, :, :N] + O).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
+    o = (Q @ low(states[:, :, :N]) + O).flatten(2, 3)[:, :, :T]  # (B, H, T, Dv)
     return o.transpose(1, 2), states[:, :, N]
 
 

@@ -17,6 +17,7 @@ from seqdsl.ir import support
 from seqdsl.ir.key import kernel_key
 from seqdsl.kernels import state_pass
 from seqdsl.lower.backends import triton as triton_backend
+from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference.recurrent import affine_states, chunked_ref, recurrent_ref
 from tests.ir.test_support import _own_mixers
 from tests.kernels.test_top1_kernels import FAST
@@ -133,6 +134,49 @@ def test_the_chunked_delta_rule_with_the_kernel_matches_the_step_by_step_rule(de
     errors = {"output": rel(o, o_ref), "state": rel(S, S_ref),
               **{f"d{name}": rel(leaves[name].grad, ref_leaves[name].grad) for name in names}}
     assert all(err <= 1e-5 for err in errors.values()), errors
+
+
+@pytest.mark.parametrize("decay", ["none", "scalar", "vector"])
+def test_the_chunked_delta_rule_with_bf16_products_stays_within_bf16_of_the_rule(decay):
+    """`products=bf16` (what `triton.delta_chunk` runs under autocast): against `recurrent_ref` in
+    float64 on the same inputs, within bf16's reach (its rounding is 2^-8 of an entry), and
+    really in bf16: further from the definition than the float32 form by more than float32 can be."""
+    inputs = delta_inputs(53, 16, 32, decay)
+    names = [name for name, t in inputs.items() if t is not None]
+    g = torch.Generator().manual_seed(5)
+    o_ref, S_ref = recurrent_ref(**inputs, update="delta")
+    do, dS = (torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (o_ref, S_ref))
+
+    def errors(products):
+        leaves = {name: t.detach().float().requires_grad_() if t is not None else None for name, t in inputs.items()}
+        ref_leaves = {name: t.detach().clone().requires_grad_() if t is not None else None
+                      for name, t in inputs.items()}
+        o, S = chunked_ref(**leaves, update="delta", chunk_size=16, walk=state_pass.affine_states, products=products)
+        o_ref, S_ref = recurrent_ref(**ref_leaves, update="delta")
+        torch.autograd.backward([o, S], [do.to(o.dtype), dS.float()])
+        torch.autograd.backward([o_ref, S_ref], [do, dS])
+        return {"output": rel(o, o_ref), "state": rel(S, S_ref),
+                **{f"d{name}": rel(leaves[name].grad, ref_leaves[name].grad) for name in names}}
+
+    low, full = errors(torch.bfloat16), errors(None)
+    assert all(err <= 2e-2 for err in low.values()), low
+    assert all(low[name] > 10 * full[name] for name in low), (low, full)
+
+
+def test_lower_precision_products_are_refused_outside_the_delta_rule():
+    inputs = delta_inputs(20, 16, 16, "scalar")
+    del inputs["beta"]
+    with pytest.raises(ValueError, match="delta rule only"):
+        chunked_ref(**inputs, update="additive", products=torch.bfloat16)
+
+
+def test_the_path_multiplies_in_the_values_16_bit_dtype_and_keeps_float32_whole():
+    inputs = lambda dtype: RecurrentInputs(q=torch.zeros(1, 4, 2, 16), k=torch.zeros(1, 4, 2, 16),
+                                           v=torch.zeros(1, 4, 2, 16, dtype=dtype))
+    assert triton_backend.delta_chunk_products(inputs(torch.bfloat16)) == torch.bfloat16
+    assert triton_backend.delta_chunk_products(inputs(torch.float16)) == torch.float16
+    assert triton_backend.delta_chunk_products(inputs(torch.float32)) is None
+    assert triton_backend.delta_chunk_products(inputs(torch.float64)) is None
 
 
 def gated_deltanet_key(**changes):

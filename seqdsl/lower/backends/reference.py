@@ -45,13 +45,13 @@ def _in_float32(fn):
     def up(t):
         return t.float() if isinstance(t, Tensor) and t.dtype in (torch.bfloat16, torch.float16) else t
 
-    def wrapped(key, m, *args):
+    def wrapped(key, m, *args, **kwargs):
         dtype = m.q.dtype
         if dtype in (torch.float32, torch.float64) and not torch.is_autocast_enabled(m.q.device.type):
-            return fn(key, m, *args)
+            return fn(key, m, *args, **kwargs)
         m32 = replace(m, **{f.name: up(getattr(m, f.name)) for f in fields(m)})
         with torch.autocast(m.q.device.type, enabled=False):
-            out = fn(key, m32, *(up(a) for a in args))
+            out = fn(key, m32, *(up(a) for a in args), **kwargs)
         if isinstance(out, tuple):  # (o, state): the state stays float32 between calls
             return (out[0].to(dtype),) + out[1:]
         return out.to(dtype)
@@ -88,9 +88,11 @@ _REFERENCE_UPDATE = {"additive": "additive", "bonus": "additive", "delta": "delt
 
 @_in_float32
 def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, step: bool,
-                        walk: rec_ref.StateWalk | None = None) -> tuple[Tensor, Tensor]:
+                        walk: rec_ref.StateWalk | None = None,
+                        products: torch.dtype | None = None) -> tuple[Tensor, Tensor]:
     """The step-by-step form (`step`, or a single step) or the chunked one, whose state passing
-    `walk` may run (the Triton backend's `triton.delta_chunk`: seqdsl/kernels/state_pass.py)."""
+    `walk` may run and whose delta-rule chunk products may run in a lower precision `products`
+    (both the Triton backend's `triton.delta_chunk`: seqdsl/kernels/state_pass.py)."""
     if key.decay_shape == "selective":  # Mamba-1's step: rule (1) with a per-channel decay
         assert m.dt is not None and m.rate is not None, "the selective decay comes as a step and a rate"
         log_decay, v = rec_ref.selective_to_additive(m.dt, m.rate, m.v, m.log_decay)
@@ -101,4 +103,4 @@ def recurrent_reference(key: KernelKey, m: RecurrentInputs, S: Tensor | None, st
         return rec_ref.recurrent_ref(m.q, m.k, m.v, **kwargs)
     # 64: fla's chunk size; per-channel decay builds its (c, c, Dk) decay tensors within sub-chunks
     # of 16 steps (seqdsl/reference/recurrent.py), so it no longer needs smaller chunks
-    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, walk=walk, **kwargs)
+    return rec_ref.chunked_ref(m.q, m.k, m.v, chunk_size=REFERENCE_CHUNK, walk=walk, products=products, **kwargs)

@@ -55,10 +55,8 @@ class TritonBackend:
 
     def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
               step_checked: bool = False) -> tuple[Tensor, Tensor]:
-        from seqdsl.kernels import state_pass
-
         assert op == DELTA_CHUNK, f"the Triton backend runs no recurrent op {op!r}"
-        return reference.recurrent_reference(key, m, S, False, state_pass.affine_states)
+        return delta_chunk(key, m, S)
 
     def bind(self, key: KernelKey):
         """The compiled kernels of `key`, registered now: binding inside a torch.compile region
@@ -87,6 +85,21 @@ class TritonBackend:
         return reference.attention_reference(key, m)
 
 
+def delta_chunk(key: KernelKey, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
+    """`triton.delta_chunk`: the chunked reference with its state passing in the kernel and its
+    chunk products in `delta_chunk_products(m)`."""
+    from seqdsl.kernels import state_pass
+
+    return reference.recurrent_reference(key, m, S, False, state_pass.affine_states, delta_chunk_products(m))
+
+
+def delta_chunk_products(m: RecurrentInputs) -> torch.dtype | None:
+    """The precision of `triton.delta_chunk`'s chunk products: the values' dtype where it is a
+    16-bit one (the projections' output under autocast; q or the decay may arrive in float32),
+    as fla's chunk kernels compute; float32 or float64 inputs keep every product in theirs."""
+    return m.v.dtype if m.v.dtype in (torch.bfloat16, torch.float16) else None
+
+
 def delta_chunk_inputs(key: KernelKey, dtype: torch.dtype, device: torch.device, T: int = 200) -> list:
     """Random delta-rule inputs shaped like the key's calls (one batch, two heads; T = 200: three
     whole chunks of the reference's 64 and a partial fourth), with its kind of decay, and an
@@ -107,19 +120,20 @@ _DELTA_ARGS = ("q", "k", "v", "log_decay", "beta", "initial_state")
 
 
 def delta_chunk_self_check(key: KernelKey, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-    """`triton.delta_chunk` against the chunked reference with its own loop, outputs, final state
-    and every input's gradient, from inputs in `dtype`, against a float64 reference; the path
-    computes in float32 at least, so TF32's tolerance (where torch allows TF32, its chunk
-    algebra's cuBLAS products round to it; the kernel's own products do not, kernels/state_pass.py)."""
-    from seqdsl.kernels import state_pass
+    """`triton.delta_chunk` as it runs (`delta_chunk`) against the chunked reference with its own
+    loop and every product in float64: outputs, final state and every input's gradient, from
+    inputs in `dtype`. Tolerance: TF32's for float32 (where torch allows TF32, the chunk
+    algebra's cuBLAS products round to it; the kernel's own products do not,
+    kernels/state_pass.py), the recurrent fast paths' for 16-bit inputs (the products in bf16)."""
 
-    def call(walk):
-        def run(q, k, v, log_decay, beta, S):
-            m = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay, beta=beta)
-            return reference.recurrent_reference(key, m, S, False, walk)
-        return run
+    def reference_run(q, k, v, log_decay, beta, S):
+        m = RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay, beta=beta)
+        return reference.recurrent_reference(key, m, S, False)
+
+    def fast_run(q, k, v, log_decay, beta, S):
+        return delta_chunk(key, RecurrentInputs(q=q, k=k, v=v, log_decay=log_decay, beta=beta), S)
 
     return selfcheck.self_check(
-        call(state_pass.affine_states), call(None), delta_chunk_inputs(key, dtype, device), _DELTA_ARGS,
-        outputs=("output", "state"), tolerance=selfcheck.TF32_TOLERANCE[torch.float32] if dtype != torch.float64
-        else 1e-8, reference_dtype=torch.float64, device=device)
+        fast_run, reference_run, delta_chunk_inputs(key, dtype, device), _DELTA_ARGS,
+        outputs=("output", "state"), tolerance=1e-8 if dtype == torch.float64 else selfcheck.TF32_TOLERANCE[dtype],
+        reference_dtype=torch.float64, device=device)
