@@ -143,10 +143,15 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[float, float, torch.Tensor]:
-    """(median ms of forward + backward, first call s, output) of run(RecurrentInputs)."""
+def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[float, float, torch.Tensor, float | None]:
+    """(median ms of forward + backward, first call s, output, peak GiB) of run(RecurrentInputs);
+    the peak is the most memory the form held at once beyond what was held before it (on CUDA;
+    with CUDA graphs, its graphs' pools included), None elsewhere."""
     weight = None
     times, first, out = [], 0.0, None
+    held = torch.cuda.memory_allocated(device) if device.type == "cuda" else 0
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
     for i in range(2 + repeats):
         for t in leaves.values():
             t.grad = None
@@ -163,7 +168,8 @@ def time_form(run, leaves: dict, repeats: int, device: torch.device) -> tuple[fl
             first, out = dt, o.detach().float()
         elif i >= 2:
             times.append(dt * 1e3)
-    return statistics.median(times), first, out
+    peak = (torch.cuda.max_memory_allocated(device) - held) / 2**30 if device.type == "cuda" else None
+    return statistics.median(times), first, out, peak
 
 
 def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: torch.device,
@@ -193,9 +199,9 @@ def bench_spec(name: str, preset: str, B: int, T: int, repeats: int, device: tor
     rows, eager_out = [], None
     for form, (run, algorithms) in forms.items():
         with earlier(algorithms):
-            ms, first, out = time_form(run, leaves, repeats, device)
+            ms, first, out, peak = time_form(run, leaves, repeats, device)
         row = {"spec": name, "form": form, "shape": shape, "ms": ms, "tokens_per_s": B * T / (ms / 1e3),
-               "first_call_s": first, "rel_diff_vs_eager": None}
+               "first_call_s": first, "peak_gib": peak, "rel_diff_vs_eager": None}
         if eager_out is None:
             eager_out = out
         else:
@@ -239,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'bf16 inputs' if device.type == 'cuda' else 'float32'}{', TF32' if args.tf32 else ''}; "
           f"forward + backward of one layer's mixing",
           flush=True)
-    print(f"{'spec':<18} {'form':<40} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'rel diff':>9}  shape", flush=True)
+    print(f"{'spec':<18} {'form':<40} {'ms':>9} {'tokens/s':>12} {'first s':>8} {'peak GiB':>8} {'rel diff':>9}  shape",
+          flush=True)
     rows, failed = [], False
     for name in args.specs.split(","):
         try:
@@ -253,8 +260,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{r['spec']:<18} failed: {r['error']}", flush=True)
                 continue
             diff = "" if r["rel_diff_vs_eager"] is None else f"{r['rel_diff_vs_eager']:.1e}"
+            peak = "" if r["peak_gib"] is None else f"{r['peak_gib']:.2f}"
             print(f"{r['spec']:<18} {r['form']:<40} {r['ms']:>9.2f} {r['tokens_per_s']:>12,.0f} "
-                  f"{r['first_call_s']:>8.1f} {diff:>9}  {r['shape']}", flush=True)
+                  f"{r['first_call_s']:>8.1f} {peak:>8} {diff:>9}  {r['shape']}", flush=True)
         rows += new
         out.write_text(json.dumps({"device": device_name, "date": date, "torch": torch.__version__,
                                    "preset": args.preset, "seq": args.seq, "batch": args.batch,

@@ -5,10 +5,10 @@ benchmarks/bench_train.py's synthetic-token step of the same shape, measured in 
         [--specs transformer,top1_chunk_approx] [--steps 40] [--batch 64 --micro-batch 16] \
         [--no-cuda-graphs] [--no-bench] [--cold-caches] [--out FILE.json]
 
-For each spec: (1) bench_train.bench_spec, the step on random tokens (compile, CUDA graphs, the
-same batch and micro batch); (2) `seqdsl train SPEC` in a fresh process on the folders of DIR
-(`--train-domain` trained on, the others evaluated once at the end), with the same shape, for
-`--steps` optimizer steps. From the run's metrics.jsonl: the median tokens/s and data wait over
+For each spec: (1) `seqdsl train SPEC` in a fresh process on the folders of DIR (`--train-domain`
+trained on, the others evaluated once at the end) for `--steps` optimizer steps; (2) then, in
+this process (the command had the whole GPU), bench_train.bench_spec, the step of the same shape
+on random tokens (compile, CUDA graphs, the same batch and micro batch). From the run's metrics.jsonl: the median tokens/s and data wait over
 the steps after the first quarter (compilation and warm-up), the time to first step (the
 `first_step` event: from the command's start, data, self-checks and compilation included) and the
 paths per layer (`seqdsl lower`'s plan, as the run's log prints it). MFU is against the bf16
@@ -182,13 +182,17 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.specs.split(","):
         row: dict = {"spec": spec}
         try:
+            # the command first, in its own process, then the benchmark step here: the benchmark's
+            # compiled graphs keep their CUDA-graph memory pools for as long as this process lives,
+            # and a command started after it had the GPU's memory less them (Gated DeltaNet ran
+            # out of memory at micro batch 16 on an 80 GB H100, 2026-11-28)
+            row["train"] = run_command(spec, args, workdir)
             if args.bench:
                 row["bench"] = bench_spec(spec, args.preset, args.seq, args.batch, args.bench_steps, 3, device, True,
                                           args.cuda_graphs, micro_batch=args.micro_batch, scope=args.compile_scope,
                                           keep_absolute=args.keep_absolute)
                 torch.cuda.empty_cache()
-            row["train"] = run_command(spec, args, workdir)
-            if not args.bench:
+            else:
                 row["flops_per_token"] = _flops_per_token(spec, args)
         except Exception as err:  # one failing spec must not hide the others' figures
             row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"
