@@ -3,7 +3,8 @@
 A fast path is trusted only after it has matched the reference on this machine (outputs and every
 input gradient). That check compiles and autotunes the kernel: seconds to minutes. Its verdict
 depends only on facts that do not change between processes (the op, the shapes it was checked
-at, the dtype, the GPU model, and the versions of torch, Triton, fla and seqdsl), so it is stored
+at, the dtype, the GPU model, the versions of torch, Triton, fla and seqdsl, and a digest of
+seqdsl's own source, since a fast path's code can change within one version), so it is stored
 in one JSON file per verdict under `$SEQDSL_CACHE_DIR/selfcheck/` (default
 `~/.cache/seqdsl/selfcheck/`; seqdsl/cache_root.py places every cache), named by a hash of those
 facts. A new version of any of them is a new name, hence a new check. `SEQDSL_SELFCHECK_CACHE=0`
@@ -15,7 +16,9 @@ and checked again, so a killed write costs one re-check, never a wrong verdict.
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 import time
@@ -67,6 +70,21 @@ def _versions() -> dict[str, str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
+def source_digest() -> str:
+    """A digest of seqdsl's source (its packages' .py and .jinja files, the kernels and
+    codegen folders included): the version stays 0.1.0 while a path's code changes, and a
+    verdict on other code must not be read (a few milliseconds, once per process)."""
+    digest = hashlib.sha256()
+    for package in ("seqdsl", "seqdsl.kernels", "seqdsl.codegen"):
+        spec = importlib.util.find_spec(package)
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            for path in sorted(Path(root).rglob("*")):
+                if path.suffix in (".py", ".jinja") and "__pycache__" not in path.parts:
+                    digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
 def machine_facts(device: torch.device) -> dict[str, str]:
     """What a verdict depends on besides the check's own arguments."""
     facts = {"device_type": device.type}
@@ -74,7 +92,7 @@ def machine_facts(device: torch.device) -> dict[str, str]:
         index = device.index if device.index is not None else torch.cuda.current_device()
         facts["device_name"] = torch.cuda.get_device_name(index)
         facts["capability"] = ".".join(map(str, torch.cuda.get_device_capability(index)))
-    return facts | _versions()
+    return facts | _versions() | {"seqdsl_source": source_digest()}
 
 
 def cached(what: dict[str, object], device: torch.device,

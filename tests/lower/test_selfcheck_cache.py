@@ -41,6 +41,32 @@ def test_other_facts_or_versions_are_checked_again(tmp_path, monkeypatch):
     assert len(calls) == 3
 
 
+def test_a_change_to_seqdsls_own_source_is_checked_again(tmp_path, monkeypatch):
+    """The version stays 0.1.0 while a fast path's code changes: the source digest is a fact."""
+    monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path / "cache"))
+    check, calls = _counting((True, ""))
+    verdicts.cached({"op": "a", "dtype": torch.float32}, CPU, check)
+    monkeypatch.setattr(verdicts, "source_digest", lambda: "another source")
+    verdicts.cached({"op": "a", "dtype": torch.float32}, CPU, check)
+    assert len(calls) == 2
+
+
+def test_the_source_digest_follows_the_files(tmp_path, monkeypatch):
+    package = tmp_path / "pkg"
+    (package / "sub").mkdir(parents=True)
+    (package / "sub" / "kernel.py").write_text("x = 1\n")
+    (package / "notes.txt").write_text("not source")
+    spec = type("Spec", (), {"submodule_search_locations": [str(package)]})
+    monkeypatch.setattr(verdicts.importlib.util, "find_spec", lambda name: spec)
+    digest = lambda: (verdicts.source_digest.cache_clear(), verdicts.source_digest())[1]
+    first = digest()
+    (package / "notes.txt").write_text("changed, but not source")
+    assert digest() == first
+    (package / "sub" / "kernel.py").write_text("x = 2\n")
+    assert digest() != first
+    verdicts.source_digest.cache_clear()
+
+
 def test_an_unreadable_verdict_file_is_checked_again(tmp_path, monkeypatch):
     monkeypatch.setenv("SEQDSL_CACHE_DIR", str(tmp_path))
     check, calls = _counting((True, ""))

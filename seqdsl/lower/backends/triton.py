@@ -7,8 +7,10 @@
                              decode kernel; a chunk of several queries against a cache runs on
                              the reference.
     triton.delta_chunk       the delta rule's chunked reference with its state passing in one
-                             kernel per direction (seqdsl/kernels/state_pass.py), checked against
-                             the chunked reference's own loop; decoding steps run the reference's.
+                             kernel per direction (seqdsl/kernels/state_pass.py) and, from 16-bit
+                             inputs, its chunk products in that dtype (`delta_chunk_products`),
+                             checked against the chunked reference in float64; decoding steps run
+                             the reference's.
 """
 
 from __future__ import annotations
