@@ -7,6 +7,7 @@
 # GPUs at once where there are two, else one after the other. Expects .gpudata/ and .whl/ as
 # benchmarks/train_command_gpu_round.sh does; curves side by side on screen and in
 # $OUT/delta_precision_<date>.json.
+# SEED (default 0) seeds both runs (the model's initialisation and the data order).
 #     STEPS=300 bash benchmarks/delta_precision_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
 install_packages "$out" || exit 1
@@ -16,6 +17,7 @@ export SEQDSL_CACHE_DIR="$work/cache"
 steps="${STEPS:-300}"
 cat > "$work/config.toml" <<TOML
 preset = "110m"
+seed = ${SEED:-0}
 tokens = $((steps * 64 * 2048))
 batch = 64
 micro_batch = 16
@@ -50,7 +52,7 @@ if [ "$gpus" -ge 2 ]; then
 else
     train bf16_products 0; train float32_reference 0 SEQDSL_PATH=reference.chunked
 fi
-"$py" - "$work" "$out/delta_precision_$date_tag.json" <<'PY'
+"$py" - "$work" "$out/delta_precision_seed${SEED:-0}_$date_tag.json" <<'PY'
 import json, sys
 from pathlib import Path
 work, dest = Path(sys.argv[1]), Path(sys.argv[2])
