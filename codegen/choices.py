@@ -32,8 +32,8 @@ CAUSAL_SNIPPETS = {
     "window": ("({keys} <= {queries}) & ((({queries}) - ({keys}) < WINDOW) | ({keys} < SINK))",
                "j <= i and (i - j < window or j < sink) (a sliding window and its sink tokens)"),
 }
-# chunk score -> template switch; "lse" is refused by the support table (reason there)
-CHUNK_SCORES = {"max": "exact", "mean": "approx"}
+# chunk score -> template switch ("lse" on the top-k template only: support.triton)
+CHUNK_SCORES = {"max": "exact", "mean": "approx", "lse": "lse"}
 # (grad, value_grad) -> the element template's gradient mode
 ELEMENT_GRADS = {("ste", "hard"): "ste_hard", ("ste", "soft"): "ste_soft",
                  ("none", "hard"): "none", ("none", "soft"): "none"}

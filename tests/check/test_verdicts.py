@@ -36,6 +36,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "top1_chunk_exact_no_grad": ("pass", {"R004"}),  # info: q, k learn inside the chunks
     "topk_element_64": ("pass", {"R004"}),  # info: q, k learn inside the chosen keys
     "topk_element_16": ("pass", set()),  # the STE: q, k learn through the surrogate over every key
+    "topk_chunk_lse": ("pass", set()),
     "rwkv7_top1_chunk_exact": ("pass", {"M002"}),  # info: the paper's transplant
     # degraded: a weakened pillar
     "top1_chunk_approx": ("degraded", {"R003"}),

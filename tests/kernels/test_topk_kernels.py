@@ -27,13 +27,13 @@ from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_
 def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: int = 2, kv_groups: int = 2,
              dk: int = 16, dv: int = 16, grad: str = "none"):
     base = "top1_chunk_exact" if score == "max" else "top1_chunk_approx"
-    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k)
+    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k, score=score)
     return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
 
 
 @FAST
 @given(kind=data_kinds, k=st.sampled_from([2, 3, 5, 16]), chunk=st.sampled_from([16, 32]),
-       length=st.sampled_from(["short", "k+1", "odd", "many"]), score=st.sampled_from(["max", "mean"]),
+       length=st.sampled_from(["short", "k+1", "odd", "many"]), score=st.sampled_from(["max", "mean", "lse"]),
        local=st.booleans(), groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), dims=st.sampled_from([(16, 16), (32, 64)]),
        grad=st.sampled_from(["none", "ste"]))
 # ties between chunk scores (duplicated keys on the grid), fewer candidates than k, both scores,
@@ -52,6 +52,14 @@ def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: 
          local=False, groups=(4, 2), dims=(32, 64), grad="ste")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=27), k=3, chunk=16, length="many", score="max",
          local=True, groups=(3, 1), dims=(16, 16), grad="ste")
+# lse: with and without the STE gate (its gradient through every key of every candidate chunk, by
+# the key's softmax weight within the chunk), local chunk on and off, grouped heads, a temperature
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=28), k=3, chunk=16, length="many", score="lse",
+         local=True, groups=(2, 2), dims=(16, 16), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=29), k=2, chunk=32, length="odd", score="lse",
+         local=False, groups=(4, 2), dims=(32, 64), grad="ste")
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=30), k=3, chunk=16, length="many", score="lse",
+         local=False, groups=(3, 1), dims=(16, 16), grad="none")
 def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims, grad):
     T = {"short": chunk - 3, "k+1": 2 * chunk + 1, "odd": 3 * chunk - 5, "many": 6 * chunk + 7}[length]
     H, HK = groups
@@ -62,7 +70,8 @@ def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("score,local", [("max", True), ("max", False), ("mean", True), ("mean", False)])
+@pytest.mark.parametrize("score,local", [("max", True), ("max", False), ("mean", True), ("mean", False),
+                                         ("lse", True), ("lse", False)])
 def test_topk_decode_matches_last_row_of_the_full_forward(score, local, device):
     """One query at position L - 1 against the cache, four query heads on two key/value heads
     (read in place; a cache repeated per query head gives the same answer)."""
@@ -142,7 +151,7 @@ def test_the_first_use_self_check_sees_a_wrong_gate(monkeypatch):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-@pytest.mark.parametrize("score", ["max", "mean"])
+@pytest.mark.parametrize("score", ["max", "mean", "lse"])
 @pytest.mark.parametrize("grad", ["ste", "none"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_topk_kernels_on_gpu_at_large_shapes(score, grad, dtype):
