@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey, shared_kv_group, sliding_window
+from seqdsl.ir.key import KernelKey, runs_topk_kernels, shared_kv_group, sliding_window
 
 
 class Unsupported(SeqError):
@@ -83,7 +83,7 @@ def plan(key: KernelKey) -> KernelPlan:
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
         return KernelPlan("element.py.jinja", tuple(holes.items()))
-    if sel.k > 1:
+    if runs_topk_kernels(sel):  # k > 1, or lse scores
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
                      kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste")
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))

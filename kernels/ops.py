@@ -25,7 +25,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection, shared_kv_group
+from seqdsl.ir.key import chunk_size, runs_topk_kernels, selection, shared_kv_group
 from seqdsl.ir.support import attention_key
 from seqdsl.kernels import chunk, element, topk_chunk, topk_element
 
@@ -249,4 +249,4 @@ def ops_for(key: KernelKey) -> Ops:
     sel = selection(key)
     if sel.over == "element":
         return _element_ops(key) if sel.k == 1 else _topk_element_ops(key)
-    return _chunk_ops(key) if sel.k == 1 else _topk_chunk_ops(key)
+    return _topk_chunk_ops(key) if runs_topk_kernels(sel) else _chunk_ops(key)

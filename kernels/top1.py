@@ -26,7 +26,7 @@ from torch import Tensor
 
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
-from seqdsl.ir.key import chunk_size, selection, shared_kv_group, sliding_window
+from seqdsl.ir.key import chunk_size, runs_topk_kernels, selection, shared_kv_group, sliding_window
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
@@ -110,7 +110,7 @@ def decode(key: KernelKey, q: Tensor, k: Tensor, v: Tensor) -> Tensor:
                          f"(or {H}), got k {tuple(k.shape)}, v {tuple(v.shape)}")
     kv_group = H // k.shape[2]
     with torch.no_grad():
-        if selection(key).k > 1:  # the top-k kernels read the key's grouping (rendered in)
+        if runs_topk_kernels(selection(key)):  # the top-k kernels read the key's grouping (rendered in)
             group = shared_kv_group(key)
             if kv_group != group:  # a cache repeated per query head, or grouped where the key is not
                 k, v = ((k[:, :, ::group], v[:, :, ::group]) if kv_group == 1
@@ -155,7 +155,7 @@ def check_length(key: KernelKey) -> int:
         return key.sink + window + 2 * 128 + 5
     if sel.over == "element":
         return max(77, 2 * sel.k + 13)  # more visible keys than k for most queries
-    return (2 if sel.k == 1 else sel.k + 2) * chunk_size(sel) + 5
+    return (sel.k + 2 if runs_topk_kernels(sel) else 2) * chunk_size(sel) + 5
 
 
 @functools.lru_cache(maxsize=None)

@@ -158,6 +158,12 @@ def chunk_size(select: SelectKey) -> int:
     return select.chunk
 
 
+def runs_topk_kernels(select: SelectKey) -> bool:
+    """Whether the generated top-k kernels run `select` rather than the Top-1 ones: k > 1, or a
+    chunk score only the top-k chunk kernels compute (lse, for k = 1 too)."""
+    return select.k > 1 or (select.over == "chunk" and select.score == "lse")
+
+
 @functools.lru_cache(maxsize=None)
 def _slug(key: KernelKey) -> str:
     digest = hashlib.sha256(repr(key).encode()).hexdigest()[:12]

@@ -18,7 +18,7 @@ import dataclasses
 import struct
 from dataclasses import dataclass
 
-from seqdsl.ir.key import KernelKey, SelectKey, chunk_size, selection
+from seqdsl.ir.key import KernelKey, SelectKey, chunk_size, runs_topk_kernels, selection
 
 
 @dataclass(frozen=True)
@@ -182,8 +182,8 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
-    all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max or mean
-    chunk scores (lse for k > 1), with the STE gate or without. (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
+    all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max, mean or
+    lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without. (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
@@ -224,11 +224,8 @@ def triton(key: KernelKey) -> Support:
             return _no("triton", chunk_tiling(sel), ("select", "over", "size"),
                        "a power of two from 16 to 128, e.g. 128 (to 1024 for top-k by mean keys without "
                        "gradient)", tiling=True)
-        if sel.score == "lse" and sel.k == 1:
-            return _no("triton", "chunk score `lse` is generated for top-k (k > 1) only; the Top-1 chunk "
-                                 "kernels score by max (Exact) and mean (Approx)", ("select", "score"),
-                       "`score = max` (Exact) or `score = mean` (Approx), or k of 2 or more")
-    return Support("triton", f"triton.top{1 if sel.k == 1 else 'k'}_{sel.over}")
+    # lse chunk scores, k = 1 included, on the top-k kernels (the Top-1 ones score by max and mean)
+    return Support("triton", f"triton.top{'k' if runs_topk_kernels(sel) else 1}_{sel.over}")
 
 
 def triton_recurrent(key: KernelKey) -> Support:

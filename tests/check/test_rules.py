@@ -128,8 +128,9 @@ def test_relations(relation, expected):
 def test_selection_rules():
     assert codes(check("    select = top(1, over=chunk(128), score=mean)")) == {"R003"}
     assert "R003" in codes(check("    select = top(1, over=chunk(2), score=mean)"))
-    # lse scores are correct but have no generated kernel: a speed warning, no principle finding
-    assert codes(check("    select = top(1, over=chunk(128), score=lse)")) == {"W003"}
+    # lse scores: no principle finding, and a generated kernel (the top-k chunk kernels, k = 1
+    # included), so no speed warning either
+    assert codes(check("    select = top(1, over=chunk(128), score=lse)")) == set()
     d = only(check("    select = top(1, grad=none)"), "R004")
     assert d.severity == "warning" and d.span.column == 26
     assert only(check("    select = top(4, grad=none)"), "R004").severity == "info"
@@ -288,9 +289,11 @@ def test_no_fast_path_points_at_what_rules_the_backend_out():
     d = only(check("    head_dim = 96\n    select = top(1)"), "W003")
     assert (d.span.line, d.span.column) == (2, 5) and "key width 96" in d.message
     assert "`head_dim = 64`" in d.fix
-    # an lse chunk score: the caret on `score`
-    d = only(check("    select = top(1, over=chunk(128), score=lse)"), "W003")
-    assert d.span.line_text[d.span.column - 1:d.span.end_column - 1] == "lse" and "score = max" in d.fix
+    # lse chunk scores are generated (on the top-k chunk kernels, k = 1 included); past one tile,
+    # only mean scores are split into tiles: a tiling warning, the caret on the chunk size
+    assert not codes(check("    select = top(1, over=chunk(128), score=lse)")) & {"W002", "W003"}
+    d = only(check("    select = top(3, over=chunk(256), score=lse, grad=none)"), "W002")
+    assert d.span.line_text[d.span.column - 1:d.span.end_column - 1] == "256" and "longer than one tile" in d.message
 
 
 @pytest.mark.parametrize("body, reason, caret", [

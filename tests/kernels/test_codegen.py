@@ -19,6 +19,7 @@ import pytest
 from seqdsl import codegen
 from seqdsl.cli.main import main
 from seqdsl.ir import support
+from seqdsl.ir.key import runs_topk_kernels
 from tests.fresh_imports import heavy_imports
 from tests.kernels.keys import SPECS, spec_key, variant
 
@@ -49,7 +50,7 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     elif sel.over == "element":
         expected = {"fwd"} | ({"bwd_delta", "bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
         expected |= {"value_grad"} if sel.grad == "none" or sel.value_grad == "hard" else set()
-    elif sel.k > 1:  # top-k chunks: decoding runs the forward's kernels with one query
+    elif runs_topk_kernels(sel):  # top-k chunks (and lse): decoding runs the forward's kernels with one query
         expected = {"select", "attn_fwd", "merge", "bwd_delta", "attn_bwd"}
         expected |= {"gate_dq", "gate_dk"} if sel.grad == "ste" else set()
         expected |= {"chunk_lse"} if sel.score == "lse" else set()  # the chunk's score, a helper

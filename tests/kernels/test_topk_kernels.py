@@ -60,6 +60,11 @@ def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: 
          local=False, groups=(4, 2), dims=(32, 64), grad="ste")
 @example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=30), k=3, chunk=16, length="many", score="lse",
          local=False, groups=(3, 1), dims=(16, 16), grad="none")
+# k = 1 with lse scores: the top-k kernels run it (the Top-1 chunk kernels score by max and mean)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=33), k=1, chunk=16, length="many", score="lse",
+         local=True, groups=(2, 2), dims=(16, 16), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=34), k=1, chunk=16, length="odd", score="lse",
+         local=False, groups=(2, 1), dims=(16, 16), grad="ste")
 def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims, grad):
     T = {"short": chunk - 3, "k+1": 2 * chunk + 1, "odd": 3 * chunk - 5, "many": 6 * chunk + 7}[length]
     H, HK = groups
