@@ -1,4 +1,5 @@
-"""Top-k chunk selection, k > 1, on the generated kernels (codegen/templates/topk_chunk.py.jinja):
+"""Top-k chunk selection, k > 1 or lse chunk scores (seqdsl.ir.key.runs_topk_kernels), on the
+generated kernels (codegen/templates/topk_chunk.py.jinja):
 forward, decode and backward, with the STE gate's gradient (grad = ste) or none (grad = none).
 
 Shape legend: q (B, T, H, Dk); k (B, T, HK, Dk), v (B, T, HK, Dv), HK = H / shared_kv_group(key);

@@ -183,7 +183,8 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max, mean or
-    lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without. (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
+    lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without.
+    (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
     if key.family != "select" or sel is None:
         return _no("triton", "the generated kernels cover the Top-1 selection family only", ("select",),
