@@ -8,9 +8,11 @@ seqdsl's reference; a generated top-k kernel is one more column when the Triton 
     python benchmarks/bench_topk.py --cases moba_k3_c128 --check     # one run per table (a GPU round)
     python benchmarks/bench_topk.py --smoke --check    # tiny shapes on the CPU (the numbers mean nothing)
 
-Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean, ties aside):
+Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean unless a case says lse, ties aside):
     moba_k3_c128  MoBA   top(3, over=chunk(128), score=mean, local=true)
     moba_k8_c64   MoBA   top(8, over=chunk(64), score=mean, local=true)
+    lse_k4_c64    top(4, over=chunk(64), score=lse): chunks ranked by tau * logsumexp of their
+                  keys' scores / tau (specs/topk_chunk_lse.seq's selection, without the gradient)
     nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true, the language's default, kept:
                          NSA's selected branch always attends its local blocks besides the selected)
 A query of chunk c_i picks the k best *earlier, complete* chunks by q . mean(keys of the chunk)
@@ -101,6 +103,7 @@ class Case:
     spec: str
     element: bool = False  # top-k keys (chunk 1): no block structure, no Flex or fla column
     grad: str = "none"  # "ste": element selection trained through the surrogate (a dense pass)
+    score: str = "mean"  # chunk score: "mean" (MoBA, NSA) or "lse" (every key of a chunk scored)
 
 
 CASES = {c.name: c for c in (
@@ -110,6 +113,8 @@ CASES = {c.name: c for c in (
          "top(8, over=chunk(64), score=mean, local=true)"),
     Case("moba_k3_c512", "MoBA, k = 3 of 512-token chunks (MoBA's 8K setting; the 110m preset at 8K)", 3, 512,
          True, False, "top(3, over=chunk(512), score=mean, local=true)"),
+    Case("lse_k4_c64", "top-k chunks by lse, k = 4 of 64-token chunks", 4, 64, True, False,
+         "top(4, over=chunk(64), score=lse, grad=none)", score="lse"),
     Case("nsa_k16_c64", "NSA selected branch, k = 16 of 64-token chunks", 16, 64, True, True,
          "top(16, over=chunk(64), score=mean)"),
     Case("element_k16", "top-k element, k = 16 keys", 16, 1, True, False, "top(16, grad=none)", element=True),
@@ -175,7 +180,7 @@ def parse_args(argv=None):
 # ---------------------------------------------------------------------------------------------
 
 def select_chunks(q, k, *, chunk: int, k_top: int, local: bool, per_kv_head: bool = False,
-                  dtype=None, max_elems: int = 2 ** 28):
+                  dtype=None, max_elems: int = 2 ** 28, score: str = "mean", scale: float = 1.0):
     """(B, Hs, T, k') int64 chunk indices each query attends besides its own chunk (local), -1
     where there are fewer candidates; k' = min(k_top, T / chunk). Hs = HQ (seqdsl: per query
     head), or HKV with per_kv_head (NSA/fla: one selection per key head, the group's summed score).
@@ -183,7 +188,9 @@ def select_chunks(q, k, *, chunk: int, k_top: int, local: bool, per_kv_head: boo
     q (B, T, HQ, D), k (B, T, HKV, D), T a multiple of chunk. Score of chunk c for query i:
     q_i . mean of the chunk's keys (the reference's "mean" = the mean of s_ij, by linearity, up
     to the positive scale); candidates: c < c_i (local) or c <= c_i, the own chunk scored on its
-    keys j <= i (not local). Computed in slices of queries (at most max_elems scores at a time)."""
+    keys j <= i (not local). score = "lse": logsumexp over the chunk's visible keys of
+    scale * q_i . k_j (temperature 1; the ranking depends on the scale), from every q . k.
+    Computed in slices of queries (at most max_elems scores at a time)."""
     import torch
 
     B, T, HQ, D = q.shape
@@ -205,21 +212,31 @@ def select_chunks(q, k, *, chunk: int, k_top: int, local: bool, per_kv_head: boo
         prefix = (kc.cumsum(2) / counts).view(B, T, HKV, D)
         if not per_kv_head:
             prefix = prefix.repeat_interleave(G, dim=2)
+    if score == "lse":
+        if per_kv_head:
+            raise ValueError("lse scores per key head (a group's summed score) are not defined here")
+        keys = k.to(dt).repeat_interleave(G, dim=2)  # (B, T, HQ, D)
     kk = min(k_top, n)
     out = torch.full((B, heads, T, kk), -1, dtype=torch.long, device=q.device)
     pos_chunk = torch.arange(T, device=q.device) // chunk
     ids = torch.arange(n, device=q.device)
-    rows = max(1, int(max_elems) // max(1, B * heads * n))
+    rows = max(1, int(max_elems) // max(1, B * heads * (T if score == "lse" else n)))
     for t0 in range(0, T, rows):
         t1 = min(T, t0 + rows)
-        s = torch.einsum("bthd,bchd->bhtc", qq[:, t0:t1], kbar)
         ci = pos_chunk[t0:t1]
+        if score == "lse":  # every key: (B, heads, rows, T), the own chunk's later keys hidden
+            raw = torch.einsum("bthd,bshd->bhts", qq[:, t0:t1], keys) * scale
+            later = torch.arange(T, device=q.device)[None, :] > torch.arange(t0, t1, device=q.device)[:, None]
+            s = raw.masked_fill(later, float("-inf")).view(B, heads, t1 - t0, n, chunk).logsumexp(-1)
+        else:
+            s = torch.einsum("bthd,bchd->bhtc", qq[:, t0:t1], kbar)
         if local:
             cand = ids[None, :] < ci[:, None]
         else:
             cand = ids[None, :] <= ci[:, None]
-            own = torch.einsum("bthd,bthd->bht", qq[:, t0:t1], prefix[:, t0:t1])
-            s = s.scatter(-1, ci[None, None, :, None].expand(B, heads, t1 - t0, 1), own[..., None])
+            if score != "lse":  # the own chunk's mean over its visible keys (lse: already masked)
+                own = torch.einsum("bthd,bthd->bht", qq[:, t0:t1], prefix[:, t0:t1])
+                s = s.scatter(-1, ci[None, None, :, None].expand(B, heads, t1 - t0, 1), own[..., None])
         s = s.masked_fill(~cand, float("-inf"))
         val, ind = s.topk(kk, dim=-1)
         out[:, :, t0:t1] = torch.where(val > float("-inf"), ind, -1)
@@ -307,13 +324,14 @@ class FlexSelected:
 
         self.flex = compiled_flex() if compiled else flex_attention
 
-    def block_mask(self, q, k):
+    def block_mask(self, q, k, scale: float):
         import torch
         from torch.nn.attention.flex_attention import BlockMask
 
         case = self.case
         with torch.no_grad():
-            idx = select_chunks(q, k, chunk=case.chunk, k_top=case.k, local=case.local, dtype=self.score_dtype)
+            idx = select_chunks(q, k, chunk=case.chunk, k_top=case.k, local=case.local, dtype=self.score_dtype,
+                                score=case.score, scale=scale)
             if self.encoding == "bits":
                 self.buf.zero_()
                 pos = idx.clamp(min=0) % 32  # bit 31 as -2^31: every value in int32's range, no wrap
@@ -328,7 +346,7 @@ class FlexSelected:
 
     def __call__(self, q, k, v, scale):
         """(B, T, HQ, D) from q (B, T, HQ, D), k, v (B, T, HKV, D)."""
-        bm = self.block_mask(q.detach(), k.detach())
+        bm = self.block_mask(q.detach(), k.detach(), scale)
         out = self.flex(*(t.transpose(1, 2) for t in (q, k, v)), block_mask=bm, scale=scale, enable_gqa=self.gqa,
                         kernel_options=self.kernel_options)
         return out.transpose(1, 2)
@@ -414,7 +432,8 @@ def useful_flops(column: str, case: Case, B: int, H: int, T: int, D: int) -> tup
         f = 4 * D * T * (T + 1) / 2
         return bh * f, bh * 3.5 * f
     pairs = attended_pairs(case, T)
-    sel = 2 * D * T * (T + 1) / 2 if case.element else 2 * D * T * (T / case.chunk)
+    # the selection's scores: every visible key (element, lse chunk scores) or one per chunk (mean keys)
+    sel = 2 * D * T * (T + 1) / 2 if case.element or case.score == "lse" else 2 * D * T * (T / case.chunk)
     dense = 4 * D * T * (T + 1) / 2 if case.grad == "ste" else 0.0  # the STE's surrogate: a dense attention
     return bh * (4 * D * pairs + sel + dense), bh * (3.5 * 4 * D * pairs + sel + 3.5 * dense)
 
@@ -428,7 +447,8 @@ def generated_key(case: Case, dim: int, HQ: int, HKV: int):
     if case.element:
         key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad=case.grad)
         return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
-    key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none")
+    key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none",
+                  score=case.score)
     return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
 
 
@@ -510,7 +530,7 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
 
         def ref(q, k, v):
             return topk_chunk_ref(q, expand(k), expand(v), chunk=case.chunk, scale=scale, k_top=case.k,
-                                  score="mean", local=case.local, grad="ste")
+                                  score=case.score, local=case.local, grad="ste")
         return ref, {}
     if column == "generated":
         try:
@@ -704,7 +724,7 @@ def run_check(cases, device, args) -> list[dict]:
         if case.element:
             want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad=case.grad)
         else:
-            want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score="mean",
+            want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score=case.score,
                                   local=case.local, grad="none")
         want_grads = torch.autograd.grad(want, leaves, do) if cuda else None
         qd, kd, vd, dod = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
@@ -722,7 +742,7 @@ def run_check(cases, device, args) -> list[dict]:
                     grads = torch.autograd.grad(got, got_leaves, dod)
                     for name, g, w in zip(("dq", "dk", "dv"), grads, want_grads):
                         row[f"err_{name}"] = _rel(g.cpu(), w)
-                bm = runner.block_mask(qd, kd)
+                bm = runner.block_mask(qd, kd, scale)
                 mask = encoded_mask(bm, runner.mask_mod, 1, HQ, T, device).cpu()
                 blocks = _masked_attention(q, k.repeat_interleave(G, 2), v.repeat_interleave(G, 2), mask, scale)
                 row["err_blocks"] = _rel(blocks, want.detach())
