@@ -116,49 +116,39 @@ def delta_inputs(T: int, K: int, V: int, decay: str, seed: int = 0) -> dict:
                 initial_state=rnd(B, H, K, V) * 0.1)
 
 
-@pytest.mark.parametrize("decay", ["none", "scalar", "vector"])
-def test_the_chunked_delta_rule_with_the_kernel_matches_the_step_by_step_rule(decay):
-    """Three chunks of 16 and a partial fourth, against `recurrent_ref` (the definition):
-    outputs, final state and every input's gradient."""
-    inputs = delta_inputs(53, 16, 32, decay)
+def errors_against_the_rule(inputs: dict, products: torch.dtype | None = None) -> dict[str, float]:
+    """The chunked delta rule with the kernel (chunks of 16, `products` as given) on float32
+    copies of `inputs`, against `recurrent_ref` (the definition) in float64: norm-relative errors
+    of the output, the final state and every input's gradient, for one fixed cotangent."""
     names = [name for name, t in inputs.items() if t is not None]
     leaves = {name: t.detach().float().requires_grad_() if t is not None else None for name, t in inputs.items()}
     ref_leaves = {name: t.detach().clone().requires_grad_() if t is not None else None
                   for name, t in inputs.items()}
-    o, S = chunked_ref(**leaves, update="delta", chunk_size=16, walk=state_pass.affine_states)
+    o, S = chunked_ref(**leaves, update="delta", chunk_size=16, walk=state_pass.affine_states, products=products)
     o_ref, S_ref = recurrent_ref(**ref_leaves, update="delta")
     g = torch.Generator().manual_seed(5)
     do, dS = (torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (o_ref, S_ref))
-    torch.autograd.backward([o, S], [do.float(), dS.float()])
+    torch.autograd.backward([o, S], [do.to(o.dtype), dS.to(S.dtype)])
     torch.autograd.backward([o_ref, S_ref], [do, dS])
-    errors = {"output": rel(o, o_ref), "state": rel(S, S_ref),
-              **{f"d{name}": rel(leaves[name].grad, ref_leaves[name].grad) for name in names}}
+    return {"output": rel(o, o_ref), "state": rel(S, S_ref),
+            **{f"d{name}": rel(leaves[name].grad, ref_leaves[name].grad) for name in names}}
+
+
+@pytest.mark.parametrize("decay", ["none", "scalar", "vector"])
+def test_the_chunked_delta_rule_with_the_kernel_matches_the_step_by_step_rule(decay):
+    """Three chunks of 16 and a partial fourth, against `recurrent_ref` (the definition):
+    outputs, final state and every input's gradient."""
+    errors = errors_against_the_rule(delta_inputs(53, 16, 32, decay))
     assert all(err <= 1e-5 for err in errors.values()), errors
 
 
 @pytest.mark.parametrize("decay", ["none", "scalar", "vector"])
 def test_the_chunked_delta_rule_with_bf16_products_stays_within_bf16_of_the_rule(decay):
-    """`products=bf16` (what `triton.delta_chunk` runs under autocast): against `recurrent_ref` in
-    float64 on the same inputs, within bf16's reach (its rounding is 2^-8 of an entry), and
-    really in bf16: further from the definition than the float32 form by more than float32 can be."""
+    """`products=bf16` (what `triton.delta_chunk` runs under autocast): within bf16's reach of the
+    definition (its rounding is 2^-8 of an entry), and really in bf16: further from it than the
+    float32 form by more than float32 can be."""
     inputs = delta_inputs(53, 16, 32, decay)
-    names = [name for name, t in inputs.items() if t is not None]
-    g = torch.Generator().manual_seed(5)
-    o_ref, S_ref = recurrent_ref(**inputs, update="delta")
-    do, dS = (torch.randn(t.shape, generator=g, dtype=torch.float64) for t in (o_ref, S_ref))
-
-    def errors(products):
-        leaves = {name: t.detach().float().requires_grad_() if t is not None else None for name, t in inputs.items()}
-        ref_leaves = {name: t.detach().clone().requires_grad_() if t is not None else None
-                      for name, t in inputs.items()}
-        o, S = chunked_ref(**leaves, update="delta", chunk_size=16, walk=state_pass.affine_states, products=products)
-        o_ref, S_ref = recurrent_ref(**ref_leaves, update="delta")
-        torch.autograd.backward([o, S], [do.to(o.dtype), dS.float()])
-        torch.autograd.backward([o_ref, S_ref], [do, dS])
-        return {"output": rel(o, o_ref), "state": rel(S, S_ref),
-                **{f"d{name}": rel(leaves[name].grad, ref_leaves[name].grad) for name in names}}
-
-    low, full = errors(torch.bfloat16), errors(None)
+    low, full = errors_against_the_rule(inputs, torch.bfloat16), errors_against_the_rule(inputs)
     assert all(err <= 2e-2 for err in low.values()), low
     assert all(low[name] > 10 * full[name] for name in low), (low, full)
 
