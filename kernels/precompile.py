@@ -14,14 +14,14 @@ for code whose launches depend on shapes and dtypes, not on values (fla's and ma
 kernels, seqdsl's own). Where it cannot go on, the dry call stops there and the rest compiles
 in the real call, as without it:
   - an autotuned kernel meeting shapes it has no tuning for (neither in memory nor in Triton's
-    autotuning cache) cannot be tuned from launches that do not run: every config its real
-    tuning will time is compiled instead, nothing is recorded for the shapes (the timing is
-    abandoned before Triton stores it), and the dry call goes on with the first config;
-  - an exception of the dry call stops it; a Triton without `AsyncCompileMode`, Triton's
-    interpreter, or SEQDSL_PRECOMPILE=0 (the switch) turn it off.
+    autotuning cache): tuning times real launches, which the dry mode does not make, so the
+    kernel is left to the real call (`Autotuner._bench` raises `Untuned` here; nothing is
+    recorded for the key);
+  - any other exception of the dry call, a Triton without `AsyncCompileMode`, Triton's
+    interpreter, or SEQDSL_PRECOMPILE=0 (the switch).
 A compilation that fails in a thread leaves the kernel to the real call, which raises the same
-error there (the self-check's finding). The dry mode replaces `JITFunction.run`,
-`Autotuner.run` and `Autotuner._bench` for the whole process while it lasts (a lock keeps one at a time); nothing
+error there (the self-check's finding). The dry mode replaces `JITFunction.run` and
+`Autotuner._bench` for the whole process while it lasts (a lock keeps one at a time); nothing
 else launches Triton kernels during planning.
 
 This module imports triton only when `ahead` runs.
@@ -44,23 +44,20 @@ _LOCK = threading.Lock()
 
 
 class Untuned(Exception):
-    """An autotuned kernel met shapes it has no tuning for during a dry call (its name)."""
+    """An autotuned kernel met shapes it has no tuning for during a dry call."""
 
 
 @dataclass(frozen=True)
 class Ahead:
-    """What one `ahead` did: `kernels` compilations submitted (one per kernel and config),
-    `seconds` of wall time (the dry call and the compilations), why the dry call stopped early
-    ("" when it ran through), and the autotuned kernels left to tune in the real call."""
+    """What one `ahead` did: `kernels` compilations submitted, `seconds` of wall time (the dry
+    call and the compilations), and why the dry call stopped early ("" when it ran through)."""
     kernels: int
     seconds: float
     stopped: str = ""
-    untuned: tuple[str, ...] = ()
 
     def describe(self) -> str:
-        tune = f"; to tune in the real call (every config compiled): {', '.join(self.untuned)}" if self.untuned else ""
         end = f"; stopped early: {self.stopped}" if self.stopped else ""
-        return f"{self.kernels} Triton kernels compiled ahead in parallel in {self.seconds:.1f} s{tune}{end}"
+        return f"{self.kernels} Triton kernels compiled ahead in parallel in {self.seconds:.1f} s{end}"
 
 
 def enabled() -> bool:
@@ -70,39 +67,24 @@ def enabled() -> bool:
 
 
 @contextlib.contextmanager
-def _dry_launches(untuned: list[str]) -> Iterator[None]:
+def _dry_launches() -> Iterator[None]:
     """Within: a Triton launch compiles its kernel (asynchronously under an active
-    AsyncCompileMode) and runs nothing. An autotuned kernel meeting shapes it has no tuning for
-    compiles every candidate config (its real tuning will time them all), records nothing, goes
-    on with its first config and is named in `untuned`."""
+    AsyncCompileMode) and runs nothing; autotuning that would time launches raises Untuned."""
     from triton.runtime import autotuner, jit
 
-    run, bench, tune = jit.JITFunction.run, autotuner.Autotuner._bench, autotuner.Autotuner.run
+    run, bench = jit.JITFunction.run, autotuner.Autotuner._bench
 
     def compile_only(self, *args, grid, warmup, **kwargs):
         return run(self, *args, grid=grid, warmup=True, **kwargs)
 
-    def compile_candidates(self, *args, config, **meta):
-        for candidate in self.prune_configs(meta):
-            self.fn.run(*args, **meta, **candidate.all_kwargs())
-        # before the tuning is stored in memory or in Triton's autotuning cache
-        raise Untuned(self.base_fn.__name__)
+    def untuned(self, *args, **kwargs):
+        raise Untuned(f"{getattr(self, 'base_fn', self.fn).__name__} has no tuning for these shapes yet")
 
-    def tune_later(self, *args, **kwargs):
-        try:
-            return tune(self, *args, **kwargs)
-        except Untuned as name:
-            untuned.append(str(name))
-            self.nargs = dict(zip(self.arg_names, args))
-            first = self.prune_configs(kwargs)[0]
-            self.nargs = None
-            return self.fn.run(*args, **kwargs, **first.all_kwargs())
-
-    jit.JITFunction.run, autotuner.Autotuner._bench, autotuner.Autotuner.run = compile_only, compile_candidates, tune_later
+    jit.JITFunction.run, autotuner.Autotuner._bench = compile_only, untuned
     try:
         yield
     finally:
-        jit.JITFunction.run, autotuner.Autotuner._bench, autotuner.Autotuner.run = run, bench, tune
+        jit.JITFunction.run, autotuner.Autotuner._bench = run, bench
 
 
 def ahead(call: Callable[[], object], workers: int | None = None) -> Ahead | None:
@@ -117,19 +99,20 @@ def ahead(call: Callable[[], object], workers: int | None = None) -> Ahead | Non
         return None
     start = time.perf_counter()
     stopped = ""
-    untuned: list[str] = []
     with _LOCK, ThreadPoolExecutor(max_workers=workers or min(16, os.cpu_count() or 1)) as pool:
         mode = AsyncCompileMode(pool, ignore_errors=True)
         try:
-            with mode, _dry_launches(untuned):
+            with mode, _dry_launches():
                 try:
                     call()
+                except Untuned as why:
+                    stopped = str(why)
                 except Exception as err:  # noqa: BLE001 - the real call meets it again, and reports it
                     stopped = f"{type(err).__name__}: {str(err).splitlines()[0][:160] if str(err) else ''}"
                 submitted = len(mode.future_kernels)
         finally:
             _reset_async_mode()
-    report = Ahead(submitted, time.perf_counter() - start, stopped, tuple(untuned))
+    report = Ahead(submitted, time.perf_counter() - start, stopped)
     log.info("seqdsl: %s", report.describe())
     return report
 
