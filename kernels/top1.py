@@ -27,7 +27,6 @@ from torch import Tensor
 from seqdsl.ir import support
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.key import chunk_size, runs_topk_kernels, selection, shared_kv_group, sliding_window
-from seqdsl.kernels import precompile
 from seqdsl.reference import attention as attn_ref
 from seqdsl.reference import selfcheck
 from seqdsl.reference import top1 as top1_ref
@@ -171,5 +170,4 @@ def self_check(key: KernelKey, dtype: torch.dtype, device: torch.device | str) -
     k, v = (draw.normal(2, T, 2, d, dtype=dtype) for d in (key.feature_dim, key.head_dim))
     return selfcheck.self_check(
         functools.partial(run, key), functools.partial(reference, key), (q, k, v), ("q", "k", "v"),
-        outputs=("o",), tolerance=TOLERANCE.get(dtype, 1e-4), reference_dtype=torch.float64, device=device,
-        ahead=precompile.ahead)
+        outputs=("o",), tolerance=TOLERANCE.get(dtype, 1e-4), reference_dtype=torch.float64, device=device)

@@ -79,30 +79,16 @@ def relative_errors(fast: Callable, reference: Callable, args: Sequence[Tensor |
     return errors
 
 
-def run_once(fast: Callable, args: Sequence[Tensor | None]) -> None:
-    """`fast` forward and backward once on `args` (every floating-point one a leaf), results
-    discarded: what a check runs of it, for `self_check`'s `ahead`."""
-    leaves = [t.detach().requires_grad_() if t is not None and t.is_floating_point() else t for t in args]
-    got = [g for g in _as_tuple(fast(*leaves)) if g.requires_grad]
-    torch.autograd.backward(got, [torch.ones_like(g) for g in got])
-
-
 def self_check(fast: Callable, reference: Callable, args: Sequence[Tensor | None], names: Sequence[str], *,
                tolerance: float, reference_dtype: torch.dtype, outputs: Sequence[str] = ("output",),
-               device: torch.device | str = "cpu",
-               ahead: Callable[[Callable[[], None]], object] | None = None) -> tuple[bool, str]:
+               device: torch.device | str = "cpu") -> tuple[bool, str]:
     """(True, "") when every error of `relative_errors` is within `tolerance`; else (False, the
     first that is not, or the error the kernel raised: a kernel that refuses to run here is a
     finding, not a crash). Runs its own forward and backward whatever the caller is doing: under
-    no_grad (evaluation, generation) or autocast it would otherwise fail or test the wrong thing.
-    `ahead`, when given, is first called with a function running `fast` forward and backward
-    once (`run_once`): seqdsl/kernels/precompile.py's `ahead` compiles the Triton kernels that
-    launches, in parallel, before the check runs them."""
+    no_grad (evaluation, generation) or autocast it would otherwise fail or test the wrong thing."""
     device = torch.device(device)
     try:
         with torch.enable_grad(), torch.autocast(device.type, enabled=False):
-            if ahead is not None:
-                ahead(lambda: run_once(fast, args))
             errors = relative_errors(fast, reference, args, names, reference_dtype=reference_dtype,
                                      outputs=outputs)
     except Exception as err:  # the kernel failed to compile or run here: that is the finding

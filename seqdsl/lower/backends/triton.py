@@ -19,7 +19,6 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import Dense, KernelKey, shared_kv_group
-from seqdsl.kernels import precompile
 from seqdsl.lower.backends import reference
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
 from seqdsl.reference import attention as attn_ref
@@ -139,4 +138,4 @@ def delta_chunk_self_check(key: KernelKey, dtype: torch.dtype, device: torch.dev
     return selfcheck.self_check(
         fast_run, reference_run, delta_chunk_inputs(key, dtype, device), _DELTA_ARGS,
         outputs=("output", "state"), tolerance=1e-8 if dtype == torch.float64 else selfcheck.TF32_TOLERANCE[dtype],
-        reference_dtype=torch.float64, device=device, ahead=precompile.ahead)
+        reference_dtype=torch.float64, device=device)
