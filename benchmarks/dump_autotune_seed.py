@@ -7,8 +7,10 @@ In a fresh, empty Triton cache (a temporary TRITON_CACHE_DIR, results caching on
 seed off so that everything is tuned here): one training step of each spec at the 110m preset
 (benchmarks/bench_train.py's `bench_spec`: the model, compile and CUDA graphs of `seqdsl train`
 at its micro batch, with the first-use self-checks), then every `<digest>/<kernel>.autotune.json`
-the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed), and a line
-appended to its README says the GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
+the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed), the choices of
+the autotuners Triton keeps in memory only (configs with a pre_hook) are merged into its
+pins.json (seqdsl/lower/backends/autotune_pins.py), and a line appended to its README says the
+GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
 on this GPU, nothing tuned by hand. GPU only.
 """
 
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import sys
 import tempfile
@@ -52,6 +55,7 @@ def main(argv=None) -> int:
         raise SystemExit("dump_autotune_seed.py records a GPU's autotuning: no CUDA device here")
     from bench_train import bench_spec
 
+    from seqdsl.lower.backends import autotune_pins
     from seqdsl.lower.backends.autotune_seed import collect
 
     device = torch.device("cuda")
@@ -60,6 +64,11 @@ def main(argv=None) -> int:
         print(f"{spec}: one step done ({row.get('paths', '')})", flush=True)
     out = Path(args.out)
     n = collect(cache, out)
+    # the tunings Triton keeps in memory only (configs with a pre_hook): seqdsl's own records
+    kept = autotune_pins.record(("mamba_ssm", "fla"), torch.cuda.get_device_name(0), triton.__version__)
+    pins = out / autotune_pins.PINS.name
+    merged = autotune_pins.merge(autotune_pins.read(pins), kept)
+    pins.write_text(json.dumps({"about": "seqdsl/lower/backends/autotune_pins.py", "records": merged}, indent=1) + "\n")
     versions = {}
     for name in ("fla", "mamba_ssm"):
         try:
@@ -71,9 +80,9 @@ def main(argv=None) -> int:
     text += (f"- {datetime.date.today().isoformat()}, `benchmarks/dump_autotune_seed.py --specs {args.specs} "
              f"--seq {args.seq} --micro-batch {args.micro_batch}` on {torch.cuda.get_device_name(0)}, torch "
              f"{torch.__version__}, Triton {triton.__version__}"
-             + "".join(f", {k} {v}" for k, v in versions.items()) + f": {n} files\n")
+             + "".join(f", {k} {v}" for k, v in versions.items()) + f": {n} files, {len(kept)} pinned choices\n")
     readme.write_text(text)
-    print(f"collected {n} autotuning files into {out}")
+    print(f"collected {n} autotuning files and {len(kept)} in-memory choices (pins.json) into {out}")
     return 0
 
 

@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 
 
-from seqdsl.lower.backends import autotune_seed
+from seqdsl.lower.backends import autotune_pins, autotune_seed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,7 +85,7 @@ def test_the_shipped_files_are_tritons_format_and_ship_with_the_package():
     readme = (autotune_seed.SEED_DIR / "README.md").read_text()
     recorded = re.findall(r"^- .*Triton [0-9.]+.*: (\d+) files$", readme, flags=re.M)
     assert recorded and sum(map(int, recorded)) == len(files)  # each recording says what it added
-    assert '"seqdsl.lower.backends" = ["autotune_seed/*/*.json", "autotune_seed/README.md"]' in \
+    assert '"seqdsl.lower.backends" = ["autotune_seed/*/*.json", "autotune_seed/README.md", "autotune_seed/pins.json"]' in \
         (ROOT / "pyproject.toml").read_text()
 
 
@@ -99,13 +99,17 @@ def test_the_seed_comes_before_a_library_import_on_a_gpu_only(monkeypatch):
 
     order: list[str] = []
     monkeypatch.setattr(autotune_seed, "seed_once", lambda: order.append("seed"))
+    monkeypatch.setattr(autotune_pins, "pin_shipped", lambda: order.append("pin") and 0)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert base.import_failure(lambda: order.append("import"), "x") == ""
     assert order == ["import"]
     order.clear()
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert base.import_failure(lambda: order.append("import"), "x") == ""
-    assert order == ["seed", "import"]
+    assert order == ["seed", "import", "pin"]  # the tunings Triton does not keep: after the import
+    order.clear()
+    assert base.import_failure(lambda: 1 / 0, "x").startswith("x is not importable here")
+    assert order == ["seed"]
     for check in (fla.importable, mamba_ssd.importable, mamba_scan.importable):
         order.clear()
         check.__wrapped__() if hasattr(check, "__wrapped__") else check()

@@ -9,6 +9,7 @@ which is what a call dispatches on) and its op, named as the support tables
 from __future__ import annotations
 
 import enum
+import logging
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,8 +19,10 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import Dense, KernelKey
-from seqdsl.lower.backends import autotune_seed
+from seqdsl.lower.backends import autotune_pins, autotune_seed
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+
+log = logging.getLogger("seqdsl")
 
 
 class BackendName(enum.Enum):
@@ -62,7 +65,8 @@ def import_failure(load: Callable[[], object], what: str) -> str:
     """"" when `load()` imports `what` here, else why not, in one line: an ImportError, or a
     package's CUDA extension failing to load (which raises other errors). On a GPU the shipped
     autotuning is seeded first: a library's Triton kernels read Triton's autotuning settings
-    when they are decorated, at import (`autotune_seed`)."""
+    when they are decorated, at import (`autotune_seed`); after the import, the tunings Triton
+    cannot keep are put back in memory (`autotune_pins`)."""
     if torch.cuda.is_available():
         autotune_seed.seed_once()
     try:
@@ -72,6 +76,11 @@ def import_failure(load: Callable[[], object], what: str) -> str:
     except Exception as err:
         first = str(err).splitlines()[0][:120] if str(err) else ""
         return f"{what} is not importable here ({type(err).__name__}: {first})"
+    if torch.cuda.is_available():
+        pinned = autotune_pins.pin_shipped()
+        if pinned:
+            log.info("seqdsl: %d autotuning choices Triton does not keep (configs with a pre_hook) put back from "
+                     "seqdsl's records for this GPU (seqdsl/lower/backends/autotune_pins.py)", pinned)
     return ""
 
 
