@@ -34,7 +34,9 @@ HEADER = """# Shipped autotuning results (seqdsl/lower/backends/autotune_seed.py
 One file per (kernel, shapes) that a training step of the spec and its first-use self-checks
 tuned, in Triton's own format, under Triton's digest. Triton reads a file only where that digest
 (Triton's build, GPU backend, kernel source, environment, shapes, candidate configs) is the same;
-anywhere else it autotunes as before. Recordings (each line appended by the dump):
+anywhere else it autotunes as before. `pins.json`: the choices Triton keeps in memory only
+(configs with a pre_hook), put back by seqdsl for the same GPU kind and versions
+(seqdsl/lower/backends/autotune_pins.py). Recordings (each line appended by the dump):
 
 """
 
