@@ -29,14 +29,18 @@ def untuned():
 
 def tuned_records() -> list[dict]:
     """What the recording reads after a tuning chose config 2 of `accumulate`, config 1 of
-    `accumulate_even` and of `copy`."""
+    `accumulate_even` and of `copy` (in this test's kernel module)."""
+    return [r for r in tuned_records_anywhere() if r["module"] == kernels.__name__]
+
+
+def tuned_records_anywhere() -> list[dict]:
     kernels.accumulate.cache[KEY] = kernels.accumulate.configs[2]
     kernels.accumulate_even.fn.cache[KEY] = kernels.accumulate_even.fn.configs[1]
     kernels.copy.cache[KEY] = kernels.copy.configs[1]
     rows = autotune_pins.record(["tests"], GPU, TRITON)
     for tuner in (kernels.accumulate, kernels.copy, kernels.accumulate_even.fn):
         tuner.cache.clear()
-    return [r for r in rows if r["module"] == kernels.__name__]
+    return rows
 
 
 def test_only_tunings_with_a_pre_hook_are_recorded_as_plain_data():
@@ -45,6 +49,16 @@ def test_only_tunings_with_a_pre_hook_are_recorded_as_plain_data():
     assert rows[0]["key"] == list(KEY) and rows[0]["config"]["kwargs"] == {"BLOCK": 64}
     assert rows[0]["config"]["num_warps"] == 8 and (rows[0]["gpu"], rows[0]["triton"]) == (GPU, TRITON)
     assert json.loads(json.dumps(rows)) == rows
+
+
+def test_a_kernel_imported_into_another_module_is_recorded_once(monkeypatch):
+    import sys
+    import types
+
+    alias = types.ModuleType("tests.lower.pinned_alias")
+    alias.accumulate = kernels.accumulate
+    monkeypatch.setitem(sys.modules, alias.__name__, alias)
+    assert sum(r["kernel"] == "accumulate" for r in tuned_records_anywhere()) == 1
 
 
 def test_pin_puts_back_the_autotuners_own_config_with_its_hook():

@@ -60,13 +60,15 @@ def record(packages: Iterable[str], gpu: str, triton_version: str) -> list[dict]
     imported modules of `packages` (e.g. "mamba_ssm"), as records for `pin`."""
     rows = []
     prefixes = tuple(packages)
+    seen: set[int] = set()  # a kernel imported into other modules is recorded once
     for name, module in sorted(sys.modules.items()):
         if module is None or name.split(".")[0] not in prefixes:
             continue
         for attr, obj in sorted(vars(module).items()):
             tuner = _autotuner(obj)
-            if tuner is None or not any(c.pre_hook for c in tuner.configs):
+            if tuner is None or id(tuner) in seen or not any(c.pre_hook for c in tuner.configs):
                 continue
+            seen.add(id(tuner))
             for key, config in tuner.cache.items():
                 rows.append({"gpu": gpu, "triton": triton_version, "version": _package_version(name),
                              "module": name, "kernel": attr, "key": list(key), "config": _fields(config)})
