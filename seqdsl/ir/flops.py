@@ -12,8 +12,7 @@ reasoning and sources; in short:
     top-k element       scores of every visible key (the arg-max needs them all) + k values
     top-k chunk         Exact (max/lse): scores of every key in the candidate chunks;
                         Approx (mean): one score per candidate chunk's mean key; then
-                        attention over the selected chunks (+ the query's own chunk and
-                        the sink tokens)
+                        attention over the selected chunks (+ the query's own chunk)
     recurrent family    the chunk-parallel form with chunks of C = 64 (flash-linear-attention's
                         kernels): C x C intra-chunk blocks, state reads/writes of size F x Dv
 - conventions for the attention-like terms:
@@ -144,8 +143,6 @@ def _chunk_mixing(key: KernelKey, i: int) -> Flops:
     # attended keys, counting the selected chunks as complete ones where there are enough
     # (an upper bound when local=False picks the partial own chunk)
     attended = min(sel.k, ci) * c + (own if sel.local else (r + 1 if sel.k > ci else 0))
-    # sink tokens before the own chunk (an upper bound: chunk 0, if selected, holds them already)
-    attended += min(sel.sink, ci * c)
     if sel.score == "mean":
         # one score per candidate chunk, against its mean key; the means themselves cost one
         # add per key channel per token (kept once per key)
