@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import sys
 import tempfile
@@ -69,8 +68,7 @@ def main(argv=None) -> int:
     # the tunings Triton keeps in memory only (configs with a pre_hook): seqdsl's own records
     kept = autotune_pins.record(("mamba_ssm", "fla"), torch.cuda.get_device_name(0), triton.__version__)
     pins = out / autotune_pins.PINS.name
-    merged = autotune_pins.merge(autotune_pins.read(pins), kept)
-    pins.write_text(json.dumps({"about": "seqdsl/lower/backends/autotune_pins.py", "records": merged}, indent=1) + "\n")
+    autotune_pins.write(pins, autotune_pins.merge(autotune_pins.read(pins), kept))
     versions = {}
     for name in ("fla", "mamba_ssm"):
         try:

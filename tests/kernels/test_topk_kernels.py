@@ -53,7 +53,7 @@ def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: 
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=27), k=3, chunk=16, length="many", score="max",
          local=True, groups=(3, 1), dims=(16, 16), grad="ste")
 # lse: with and without the STE gate (its gradient through every key of every candidate chunk, by
-# the key's softmax weight within the chunk), local chunk on and off, grouped heads, a temperature
+# the key's softmax weight within the chunk), local chunk on and off, grouped heads
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=28), k=3, chunk=16, length="many", score="lse",
          local=True, groups=(2, 2), dims=(16, 16), grad="ste")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=29), k=2, chunk=32, length="odd", score="lse",

@@ -5,8 +5,8 @@ Triton keeps a tuning on disk only when none of the kernel's candidate configs h
 backward has three such kernels (`_chunk_scan_chunk_state_bwd_dx_kernel`,
 `_chunk_state_bwd_db_kernel`, `_chunk_scan_bwd_dc_kernel`: every config zeroes the outputs the
 kernel accumulates into), so every process compiles and times all 9, 9 and 8 of their configs
-again, which the shipped autotuning files (`autotune_seed.py`) cannot prevent: most of Mamba-2's
-32-35 s of first-use self-checks on a fresh H100 (docs/training.md).
+again, which the shipped autotuning files (`autotune_seed.py`) cannot prevent (Mamba-2's
+self-checks take 32-35 s on a fresh H100; docs/training.md says what was measured).
 
 `record()` reads the choices such autotuners hold after a real training step (`Autotuner.cache`:
 tuning key -> config) as plain data; `benchmarks/dump_autotune_seed.py` writes them to
@@ -106,8 +106,13 @@ def pin(records: Iterable[dict], gpu: str, triton_version: str) -> int:
 
 
 def read(path: Path = PINS) -> list[dict]:
-    """The shipped records ([] when there are none)."""
+    """The records in `path`, as `write` left them ([] when there is no file)."""
     return json.loads(path.read_text())["records"] if path.exists() else []
+
+
+def write(path: Path, records: list[dict]) -> None:
+    """`records` into `path`, in the format `read` takes (benchmarks/dump_autotune_seed.py)."""
+    path.write_text(json.dumps({"about": "seqdsl/lower/backends/autotune_pins.py", "records": records}, indent=1) + "\n")
 
 
 def pin_shipped(path: Path = PINS) -> int:
