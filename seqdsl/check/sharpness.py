@@ -112,7 +112,7 @@ def _visible(mixer: nodes.Mixer, context: int) -> int:
 
 def forward_keys(mixer: nodes.Mixer, context: int) -> int:
     """How many keys the forward softmax of the last query spreads over: the visible ones, or
-    the selected ones (k elements; k chunks, plus the own chunk with `local`)."""
+    the selected ones (k elements; k chunks, plus the own chunk with `local` and the sinks)."""
     visible = _visible(mixer, context)
     sel = mixer.select
     if isinstance(sel, nodes.NoSelect):
@@ -120,7 +120,7 @@ def forward_keys(mixer: nodes.Mixer, context: int) -> int:
     if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Element):
         return min(sel.k, visible)
     if isinstance(sel, nodes.Top) and isinstance(sel.over, nodes.Chunk):
-        return min(visible, (sel.k + int(sel.local)) * sel.over.size)
+        return min(visible, (sel.k + int(sel.local)) * sel.over.size + sel.sink)
     raise TypeError(f"unhandled select {sel!r}")
 
 

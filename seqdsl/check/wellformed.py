@@ -160,7 +160,7 @@ def inert_parameter(ctx: MixerContext):
     """A parameter that has no effect with the other choices made.
 
     Why: a spec is read by people; a parameter that silently does nothing suggests an
-    experiment that is not happening. `score` and `local` apply to chunk selection only;
+    experiment that is not happening. `score`, `local` and `sink` apply to chunk selection only;
     `value_grad` applies to element selection trained with `grad = ste`.
 
     Paper: not a finding of the paper.
@@ -178,6 +178,10 @@ def inert_parameter(ctx: MixerContext):
         yield Finding("`local = false` has no effect on element selection (chunks only)",
                       ctx.span("select", "local"), "the spec says more than the mixer does",
                       "remove `local`")
+    if element and sel.sink:
+        yield Finding(f"`sink = {sel.sink}` has no effect on element selection (chunks only)",
+                      ctx.span("select", "sink"), "the spec says more than the mixer does",
+                      "write the sinks in the window, `visibility = window(w, sink=n)`, or select over chunks")
     if sel.value_grad == "soft" and (not element or sel.grad == "none"):
         why = "chunk selection" if not element else "`grad = none`"
         yield Finding(f"`value_grad = soft` has no effect with {why}",

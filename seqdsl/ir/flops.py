@@ -12,7 +12,8 @@ reasoning and sources; in short:
     top-k element       scores of every visible key (the arg-max needs them all) + k values
     top-k chunk         Exact (max/lse): scores of every key in the candidate chunks;
                         Approx (mean): one score per candidate chunk's mean key; then
-                        attention over the selected chunks (+ the query's own chunk)
+                        attention over the selected chunks (+ the query's own chunk and
+                        the sink tokens)
     recurrent family    the chunk-parallel form with chunks of C = 64 (flash-linear-attention's
                         kernels): C x C intra-chunk blocks, state reads/writes of size F x Dv
 - conventions for the attention-like terms:
@@ -136,13 +137,21 @@ def _chunk_mixing(key: KernelKey, i: int) -> Flops:
     ci, r = divmod(i, c)  # the query's chunk, and its offset inside it
     if sel.local:
         # candidates: the ci earlier (complete) chunks; the own chunk's prefix is always attended
-        cand_chunks, cand_keys, own = ci, ci * c, r + 1
+        cand_chunks, cand_keys = ci, ci * c
     else:
         # candidates include the own chunk, scored on its r + 1 visible keys
-        cand_chunks, cand_keys, own = ci + 1, ci * c + r + 1, 0
-    # attended keys, counting the selected chunks as complete ones where there are enough
-    # (an upper bound when local=False picks the partial own chunk)
-    attended = min(sel.k, ci) * c + (own if sel.local else (r + 1 if sel.k > ci else 0))
+        cand_chunks, cand_keys = ci + 1, ci * c + r + 1
+    # attended keys, counting the selected chunks as the earliest complete ones where there are
+    # enough (an upper bound when local=False picks the partial own chunk): keys [0, chosen),
+    # plus the own chunk's prefix [ci c, i] when it is attended (local, or local=False with
+    # fewer candidates than k)
+    chosen = min(sel.k, ci) * c
+    own_attended = sel.local or sel.k > ci
+    attended = chosen + (r + 1 if own_attended else 0)
+    # the sink tokens j < sink, j <= i are a set union with those: only the ones past the chosen
+    # chunks and before the attended own chunk are more keys (chunk 0, chosen, holds small sinks)
+    sunk = min(sel.sink, i + 1)
+    attended += max(0, min(sunk, ci * c if own_attended else i + 1) - chosen)
     if sel.score == "mean":
         # one score per candidate chunk, against its mean key; the means themselves cost one
         # add per key channel per token (kept once per key)

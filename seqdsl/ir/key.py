@@ -59,6 +59,7 @@ class SelectKey:
     local: bool  # chunk selection also attends the query's own chunk
     grad: Literal["ste", "none"]
     value_grad: Literal["hard", "soft"]  # element selection with grad=ste
+    sink: int = 0  # chunk selection: the first `sink` tokens attended besides the chosen chunks
 
 
 @dataclass(frozen=True)
@@ -228,12 +229,12 @@ def _select_key(select: nodes.Select) -> SelectKey | None:
 def _top_key(top: nodes.Top) -> SelectKey:
     over = top.over
     match over:
-        case nodes.Element():  # the score, local: chunks only
+        case nodes.Element():  # the score, local, sink: chunks only
             return SelectKey(k=top.k, over="element", chunk=None, score="max", local=False, grad=top.grad,
                              value_grad=top.value_grad)
         case nodes.Chunk():
             return SelectKey(k=top.k, over="chunk", chunk=over.size, score=top.score, local=top.local,
-                             grad=top.grad, value_grad=top.value_grad)
+                             grad=top.grad, value_grad=top.value_grad, sink=top.sink)
         case _:
             assert_never(over)
 

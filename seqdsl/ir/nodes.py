@@ -255,6 +255,11 @@ class Top(Primitive):
     - `value_grad` (element selection with grad=ste): `hard` = dL/dv flows only to the selected
       value (the exact derivative of the hard forward); `soft` = dL/dv_j = p_j dL/do, as if the
       softmax surrogate had produced the output.
+    - `sink` (chunks only): every query also attends the first `sink` tokens of the sequence
+      (causally), besides its chosen chunks and its own (InfLLM's initial tokens, StreamingLLM's
+      sinks, under block selection). The selection is unchanged: the chunk holding the sinks
+      stays a candidate, and a key both sunk and selected is attended once. Element selection
+      writes its sinks in the window: `window(w, sink=n)`.
     """
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("k",)
@@ -265,6 +270,7 @@ class Top(Primitive):
     local: bool = True
     grad: Literal["ste", "none"] = "ste"
     value_grad: Literal["hard", "soft"] = "hard"
+    sink: int = Field(0, ge=0, le=MAX_SIZE)
 
 
 Select = Annotated[Union[NoSelect, Top], Field(discriminator="kind")]

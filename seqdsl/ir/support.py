@@ -183,7 +183,8 @@ TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k e
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max, mean or
-    lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without.
+    lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without,
+    without sink tokens.
     (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
     if key.family != "select" or sel is None:
@@ -220,6 +221,10 @@ def triton(key: KernelKey) -> Support:
         return _no("triton", f"`visibility = {key.visibility}` under {sel.over} selection is not generated "
                              "(reference only; element selection runs a window and its sink tokens)",
                    ("visibility",), "`visibility = full`, or `over = element` with a window")
+    if sel.over == "chunk" and sel.sink:
+        return _no("triton", f"sink tokens under chunk selection (`sink = {sel.sink}`) are not generated yet "
+                             "(reference only: the kernels attend the chosen chunks and the own one)",
+                   ("select", "sink"), "`sink = 0`")
     if sel.over == "chunk":
         if chunk_tiling(sel):
             return _no("triton", chunk_tiling(sel), ("select", "over", "size"),

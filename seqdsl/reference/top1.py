@@ -26,7 +26,8 @@ Element selection, `topk_element_ref`
     The code writes the STE as sg(w_sel) + (p - sg(p)): the same value and gradient as the formulas
     above, but the forward is bit-for-bit w_sel @ v (x - sg(x) is exactly 0).
 
-Chunk selection, `topk_chunk_ref` (no window/alibi: chunks are the visibility structure)
+Chunk selection, `topk_chunk_ref` (no window/alibi: chunks are the visibility structure; sink
+tokens are the selection's own, `top(..., sink=n)`)
     Key j lives in chunk j // chunk; query i in chunk c_i = i // chunk.
     (1) Candidates: local=True  -> the earlier chunks c < c_i (always complete);
                     local=False -> c <= c_i, the own chunk scored on its visible keys j <= i.
@@ -39,7 +40,9 @@ Chunk selection, `topk_chunk_ref` (no window/alibi: chunks are the visibility st
         The ranking, hence the selection, is the same as with logsumexp(s / tau).
     (3) Select the k_top best candidates (ties: lowest chunk index; all if fewer).
     (4) Attended keys A_i = visible keys of the selected chunks, plus (local=True) the causal part
-        of the own chunk. A query of chunk 0 with local=True has no candidates: A_i = its prefix.
+        of the own chunk, plus (sink = n) the first n tokens, j < n and j <= i: a set, so a key
+        both sunk and selected is attended once. A query of chunk 0 with local=True has no
+        candidates: A_i = its prefix. The sinks change neither candidates nor scores.
     (5) o_i = sum_{j in A_i} softmax_{A_i}(s_ij / tau) v_j.
         One masked softmax here; a kernel computes it per chunk and merges by log-sum-exp: with
         m_c = logsumexp_{j in c}(s_ij / tau) and o_c the softmax-weighted mean of chunk c,
@@ -182,12 +185,16 @@ def topk_chunk_ref(
     local: bool = True,
     grad: Literal["ste", "none"] = "ste",
     shared_key: bool = False,
+    sink: int = 0,
 ) -> Tensor:
     """(B, T, H, Dv) Top-k chunk selection; semantics and gradients in the module docstring.
-    `shared_key`: every key is k[:, 0] (`attention_scores`)."""
+    `shared_key`: every key is k[:, 0] (`attention_scores`); `sink`: the first `sink` tokens
+    attended besides the chunks, step (4)."""
     _check_qkv(q, k, v)
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
+    if sink < 0:
+        raise ValueError(f"sink must be non-negative, got {sink}")
     if temperature <= 0:
         raise ValueError(f"temperature must be positive, got {temperature}")
     if grad not in ("ste", "none"):
@@ -212,6 +219,8 @@ def topk_chunk_ref(
     attend = chosen[..., pos_chunk] & visible
     if local:
         attend = attend | ((pos_chunk[None, :] == pos_chunk[:, None]) & visible)
+    if sink:
+        attend = attend | ((torch.arange(T, device=q.device) < sink)[None, :] & visible)
     # (5) one softmax over the union (= the log-sum-exp merge of per-chunk partials).
     w = torch.softmax((s / temperature).masked_fill(~attend, _NEG_INF), dim=-1)
     o = _mix(w, v)
@@ -237,4 +246,4 @@ def selection_ref(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, alibi_slop
                                 value_grad=sel.value_grad, window=sliding_window(key), sink=key.sink,
                                 alibi_slopes=alibi_slopes, shared_key=shared_key)
     return topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                          score=sel.score, local=sel.local, grad=sel.grad, shared_key=shared_key)
+                          score=sel.score, local=sel.local, grad=sel.grad, shared_key=shared_key, sink=sel.sink)

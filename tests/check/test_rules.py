@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from seqdsl import SeqError, loads
 from seqdsl.check import RULES, active_rules, check_program, lookup
 from seqdsl.check.visibility import alibi_slopes
+from seqdsl.ir import nodes
 
 MODEL = '\nmodel lm {\n    preset = "110m"\n    mixer = m\n}\n'
 
@@ -183,6 +184,18 @@ def test_backend_warnings_do_not_degrade():
 def test_inert_parameters():
     report = check("    select = top(1, score=mean, local=false, grad=none, value_grad=soft)")
     assert [d.code for d in report.diagnostics].count("W005") == 3
+    sunk = check("    select = top(1, sink=4)")  # element selection writes its sinks in the window
+    assert [d.code for d in sunk.diagnostics].count("W005") == 1
+    assert "W005" not in codes(check("    select = top(1, over=chunk(64), sink=4)"))
+
+
+def test_chunk_selection_sinks_count_among_the_forward_keys():
+    from seqdsl.check.sharpness import forward_keys
+
+    mixer = lambda **kw: nodes.Mixer(name="m", select=nodes.Top(k=2, over=nodes.Chunk(size=64), **kw))
+    assert forward_keys(mixer(), 2048) == 3 * 64
+    assert forward_keys(mixer(sink=4), 2048) == 3 * 64 + 4
+    assert forward_keys(mixer(sink=4), 100) == 100  # never more than the visible keys
 
 
 def test_head_layout_is_a_model_error():

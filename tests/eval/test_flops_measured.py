@@ -186,9 +186,14 @@ def _chunk_work(sel, i, score, value, H, F) -> tuple[float, float]:
         forward = score * len(candidates) + H * F
     else:
         forward = score * candidate_keys  # max / lse need every candidate key's score
-    # the chosen chunks, complete ones first: the count's bound when the partial own chunk competes
+    # the chosen chunks, complete ones first (the earliest among equals): the count's bound when
+    # the partial own chunk competes
     chosen = sorted(candidates, key=lambda ch: -len(keys(ch)))[:sel.k]
-    attended = sum(len(keys(ch)) for ch in chosen) + (len(keys(own)) if sel.local else 0)
+    # the attended keys as a set: the chosen chunks', the own chunk's (local) and the sink tokens
+    # (j < sink, j <= i), a key in more than one of them attended once
+    attended_keys = {j for ch in chosen for j in keys(ch)} | (set(keys(own)) if sel.local else set())
+    attended_keys |= {j for j in range(sel.sink) if j <= i}
+    attended = len(attended_keys)
     forward += (score + value) * attended
     backward = 2 * (score + value) * attended
     if sel.grad == "ste":
@@ -293,6 +298,27 @@ def test_flops_per_token_are_the_measured_work_and_give_the_mfu(path, monkeypatc
     # the MFU a run reports is the achieved FLOP/s over the peak, from these counts
     meter = mfu_meter(SimpleNamespace(program=program, spec=model), T, PEAK)
     assert meter(TOKENS_PER_S) == pytest.approx(TOKENS_PER_S * (dense.training + mixing.training) / PEAK, rel=REL)
+
+
+@pytest.mark.parametrize("sink", [0, 3, 16, 21, 40, 64])
+@pytest.mark.parametrize("local", [True, False])
+@pytest.mark.parametrize("k", [1, 2])
+def test_chunk_selection_sinks_are_counted_once(k, local, sink):
+    """The sink term of the chunk-selection count against the enumerated set union (sinks,
+    chosen chunks, own chunk) at sink counts inside, at and past the first chunk, and past the
+    sequence: the library's `moba_sink4` shrunk above keeps its 4 sinks inside chunk 0, which the
+    count's chosen chunks (the earliest ones) always hold, so it adds no keys there."""
+    from seqdsl.ir import nodes
+    from seqdsl.ir.key import kernel_key
+
+    top = nodes.Top(k=k, over=nodes.Chunk(size=SHRINK), local=local, sink=sink)
+    key = kernel_key(nodes.Mixer(name="m", heads=2, head_dim=8, select=top), 16)
+    H, F, Dv = key.heads, key.feature_dim, key.head_dim
+    per_query = [_chunk_work(key.select, i, 2 * H * F, 2 * H * Dv, H, F) for i in range(T)]
+    for convention, work in (("causal", per_query), ("dense", per_query[-1:])):
+        got = mixing_flops(key, T, convention)
+        assert got.forward == pytest.approx(sum(f for f, _ in work) / len(work), rel=REL), convention
+        assert got.backward == pytest.approx(sum(b for _, b in work) / len(work), rel=REL), convention
 
 
 @pytest.mark.parametrize("chunks", [1, 3])

@@ -48,6 +48,8 @@ GOLDEN_SPECS = {
                                   "weights = softmax(temperature=0.5)",
     "top2_chunk_exact": f"{SOFTMAX}  select = top(2, over=chunk(8))",
     "top1_chunk_exact_no_grad": f"{SOFTMAX}  select = top(1, over=chunk(8), grad=none)",
+    "top2_chunk_approx_sink3": f"{SOFTMAX}  select = top(2, over=chunk(8), score=mean, sink=3)",
+    "top1_chunk_exact_no_local_sink10": f"{SOFTMAX}  select = top(1, over=chunk(8), local=false, sink=10)",
     "mamba2": MAMBA2,
     "mamba2_alibi": f"{MAMBA2}  position = alibi",
     "deltanet": "heads = 2  head_dim = 8  relation = dot(qk_norm=true)  weights = linear  update = delta  "

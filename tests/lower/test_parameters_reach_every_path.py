@@ -287,6 +287,10 @@ CASES: dict[str, tuple[Case, ...]] = {
     "select=top.local": cases([CHUNK], [False]),
     "select=top.grad": cases([ELEMENT, CHUNK], ["none"], watch="gradient"),
     "select=top.value_grad": cases([ELEMENT], ["soft"], watch="gradient"),
+    # sinks inside the first chunk and past it (a key both sunk and chosen is attended once), and
+    # without the own chunk; chunk selection only (on element selection they are inert: W005)
+    "select=top.sink": cases([CHUNK], [3, 20])
+    + cases(on(CHUNK, select=nodes.Top(over=nodes.Chunk(size=16), local=False)), [3]),
     # the recurrent family's slots, and their score-bias meaning under softmax
     "decay": cases([SOFTMAX, LINEAR], [nodes.ConstantDecay(), SCALAR]),
     "decay=constant.gamma": cases(on(SOFTMAX, LINEAR, decay=nodes.ConstantDecay()), [0.5]),
@@ -580,6 +584,8 @@ mixer top1_chunk { heads = 2  head_dim = 16  relation = dot(scale = learned(2.0)
     weights = softmax(temperature = 0.5)  select = top(1, over = chunk(16), score = mean, local = false, grad = none) }
 mixer top2_chunk_lse { heads = 2  head_dim = 16  relation = const_keys
     select = top(2, over = chunk(16), score = lse) }
+mixer top2_chunk_sink { heads = 2  head_dim = 16  position = rope(base = 100.0)  relation = dot(qk_norm = true)
+    weights = softmax(temperature = 0.5)  select = top(2, over = chunk(8), local = false, sink = 10) }
 mixer rwkv6_like { heads = 2  head_dim = 16  key_dim = 32  qk_groups = 1  relation = dot(scale = 0.5, feature = relu)
     weights = linear  decay = data_dependent(vector)  update = additive(bonus = true)  conv = token_shift
     norm = groupnorm  gate = sigmoid }

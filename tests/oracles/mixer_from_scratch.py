@@ -220,7 +220,7 @@ def top_elements(spec: nodes.Mixer, z: Tensor, visible: Tensor, v: Tensor) -> Te
 
 def top_chunks(spec: nodes.Mixer, s: Tensor, tau: float, v: Tensor) -> Tensor:
     """Top-k chunk selection, one query at a time: candidates, chunk scores, selection, one softmax
-    over the attended keys, and the STE factor 1 + G - sg(G)."""
+    over the attended keys (with the sink tokens), and the STE factor 1 + G - sg(G)."""
     sel = spec.select
     size = sel.over.size
     B, H, T, _ = s.shape
@@ -250,6 +250,7 @@ def top_chunks(spec: nodes.Mixer, s: Tensor, tau: float, v: Tensor) -> Tensor:
                 factor = 1.0 + g_mass - sg(g_mass)
         if sel.local:
             attend[..., own * size: i + 1] = True
+        attend[..., : min(sel.sink, i + 1)] = True  # the sink tokens, whatever was chosen
         weights = masked_softmax(s[..., i, :] / tau, attend)  # (B, H, T)
         o_i = torch.einsum("bhj,bjhd->bhd", weights, v) * factor[..., None]
         outs.append(o_i)
