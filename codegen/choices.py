@@ -83,9 +83,12 @@ def plan(key: KernelKey) -> KernelPlan:
     if sel.over == "element":
         holes["grad"] = ELEMENT_GRADS[(sel.grad, sel.value_grad)]
         return KernelPlan("element.py.jinja", tuple(holes.items()))
-    if runs_topk_kernels(sel):  # k > 1, or lse scores
+    if runs_topk_kernels(sel):  # k > 1, lse scores, or sink tokens
+        # `sink` here is the selection's own (top(..., sink=n)): a window's never reaches chunk
+        # selection (support.triton refuses windows there)
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
-                     kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste")
+                     kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste", sink=sel.sink,
+                     sink_block=support.sink_tile(sel))
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))
     holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
                  inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))

@@ -148,14 +148,15 @@ def check_length(key: KernelKey) -> int:
     past the sinks and the window by two of the largest tiles (128), so that every loop bound of
     the window kernels is reached (a shorter check never leaves the window's first tile); for k
     chunks, k + 2 chunks and a partial one, so that the last queries have more candidates than
-    they keep (with all of them kept, a wrong top-k list or STE gate, whose G would be 1, passes)."""
+    they keep (with all of them kept, a wrong top-k list or STE gate, whose G would be 1, passes),
+    and past the sink tokens by two chunks (queries that did not choose the chunks holding them)."""
     sel = selection(key)
     window = sliding_window(key)
     if window is not None:
         return key.sink + window + 2 * 128 + 5
     if sel.over == "element":
         return max(77, 2 * sel.k + 13)  # more visible keys than k for most queries
-    return (sel.k + 2 if runs_topk_kernels(sel) else 2) * chunk_size(sel) + 5
+    return max((sel.k + 2 if runs_topk_kernels(sel) else 2) * chunk_size(sel), sel.sink + 2 * chunk_size(sel)) + 5
 
 
 @functools.lru_cache(maxsize=None)

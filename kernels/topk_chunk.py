@@ -1,4 +1,4 @@
-"""Top-k chunk selection, k > 1 or lse chunk scores (seqdsl.ir.key.runs_topk_kernels), on the
+"""Top-k chunk selection, k > 1, lse chunk scores or sink tokens (seqdsl.ir.key.runs_topk_kernels), on the
 generated kernels (codegen/templates/topk_chunk.py.jinja):
 forward, decode and backward, with the STE gate's gradient (grad = ste) or none (grad = none).
 
@@ -12,21 +12,24 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
                            (STE, training: + lsec, gate: the candidates' log-sum-exp and G)
               [bucket   -> perm, starts: the (query, slot) pairs sorted by chunk, torch.sort]
               attn_fwd  -> per key chunk: the pairs that selected it, partial (o, lse) per pair
-              merge     -> the own chunk (local on) and the K partials, by log-sum-exp: o, lse
+              merge     -> the own chunk (local on), the K partials and (sink = n) the sink tokens
+                           outside every attended chunk, by log-sum-exp: o, lse
     backward  bwd_delta -> D = rowsum(dO * o)
               gate_dq   -> (STE) the gate's dq through every candidate's score (float32)
               gate_dk   -> (STE) the gate's dk per key chunk (float32), which attn_bwd adds to
                            its own before storing dk once
               attn_bwd  -> per key chunk (and key/value head): dk, dv of its keys, dq of its own
                            queries (local on) and of each pair that selected it (float32, per pair)
-              [dq       -> the pairs' parts summed over the slots, plus the own chunk's and the
-                           gate's, torch]
+              sink_bwd  -> (sink = n) per query block: the sink keys' dq part, and the block's part
+                           of their dk, dv [summed over blocks and into dk, dv, torch]
+              [dq       -> the pairs' parts summed over the slots, plus the own chunk's, the
+                           gate's and the sinks', torch]
 Chunks longer than a tile (MoBA's 512 tokens; seqdsl/ir/support.py: `attention_key`): `select`
 (the chunks' own module) ranks whole chunks by their mean keys; the chosen chunks become their
 tiles of 128 and the own chunk's earlier tiles become selected tiles too [torch, `_tiles`]; the
 attention steps run the module of the tiles' key (chunk 128, k * S + S - 1 slots, S tiles a chunk).
-Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts; nothing
-is T x T or T x N.
+Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts, and with
+sinks O(T / BLOCK_M * n (Dk + Dv)) for the blocks' sink-key parts; nothing is T x T or T x N.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey, chunk_size, selection
-from seqdsl.ir.support import attention_key, chunk_split
+from seqdsl.ir.support import attention_key, chunk_split, sink_tile
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.chunk import block_m, kbar_for
@@ -77,8 +80,10 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
         BLOCK_M=bm, **common)
     o = torch.empty(B, Tq, H, Dv, dtype=v.dtype, device=v.device)
     lse = torch.empty(B * H, Tq, dtype=torch.float32, device=q.device)
+    sunk = (sel,) if selection(attend).sink else ()  # the sinks outside the attended chunks: merge reads sel
     getattr(mod, f"{name}_merge")[(triton_cdiv(Tq, bm), B * H)](
-        q, k, v, o_pairs, lse_pairs, o, lse, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H, BLOCK_M=bm, **common)
+        q, k, v, o_pairs, lse_pairs, *sunk, o, lse, *launch.strides(q, k, v, o), Tq, Tk, q_offset, H, BLOCK_M=bm,
+        **common)
     return o, dict(lse=lse, perm=perm, starts=starts, sel=sel, lsec=lsec, gate=gate, kbar=kbar)
 
 
@@ -142,8 +147,34 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         dq = dq + dq_own
     if gate is not None:
         dq = dq + gate[0]
+    if selection(attend).sink:
+        dq = dq + _sinks(attend, mod, q, k, v, do, delta, saved, dk, dv, cfg)
     # q's layout, as the op's fake implementation promises (torch.compile traces with it)
     return dq.contiguous().to(q.dtype), dk, dv
+
+
+def _sinks(attend: KernelKey, mod, q: Tensor, k: Tensor, v: Tensor, do: Tensor, delta: Tensor, saved: dict,
+           dk: Tensor, dv: Tensor, cfg: dict) -> Tensor:
+    """The sink tokens' share of the gradient: adds the sink keys' dk, dv into `dk`, `dv` (the
+    query blocks' parts, summed over the blocks and a key head's query heads) and returns the
+    queries' dq part (float32, q's strides)."""
+    B, T, H, Dk = q.shape
+    HK, Dv = k.shape[2], v.shape[-1]
+    sink = selection(attend).sink
+    block = sink_tile(selection(attend))  # the template's SINK_BLOCK
+    bm = block_m(attend, cfg)
+    n_blocks = triton_cdiv(T, bm)
+    dqs = torch.empty_like(q, dtype=torch.float32)  # q's strides (the kernel writes with them); every row written
+    dks = torch.empty(B, H, n_blocks, block, Dk, dtype=torch.float32, device=q.device)
+    dvs = torch.empty(B, H, n_blocks, block, Dv, dtype=torch.float32, device=q.device)
+    getattr(mod, f"{attend.slug()}_sink_bwd")[(n_blocks, B * H)](
+        q, k, v, do, saved["lse"], delta, saved["sel"], dqs, dks, dvs, *launch.strides(q, k, v, do), T, H,
+        BLOCK_M=bm, PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
+    n = min(sink, T)
+    for grad, part in ((dk, dks), (dv, dvs)):  # (B, H, blocks, block, D) -> (B, n, HK, D)
+        part = part.view(B, HK, H // HK, n_blocks, block, -1).sum((2, 3))[:, :, :n].transpose(1, 2)
+        grad[:, :n] = (grad[:, :n].float() + part).to(grad.dtype)
+    return dqs
 
 
 def _gate(key: KernelKey, q: Tensor, k: Tensor, delta: Tensor, saved: dict) -> tuple[Tensor, Tensor]:

@@ -160,9 +160,9 @@ def chunk_size(select: SelectKey) -> int:
 
 
 def runs_topk_kernels(select: SelectKey) -> bool:
-    """Whether the generated top-k kernels run `select` rather than the Top-1 ones: k > 1, or a
-    chunk score only the top-k chunk kernels compute (lse, for k = 1 too)."""
-    return select.k > 1 or (select.over == "chunk" and select.score == "lse")
+    """Whether the generated top-k kernels run `select` rather than the Top-1 ones: k > 1, or what
+    only the top-k chunk kernels compute, for k = 1 too: lse chunk scores, sink tokens."""
+    return select.k > 1 or (select.over == "chunk" and (select.score == "lse" or select.sink > 0))
 
 
 @functools.lru_cache(maxsize=None)

@@ -178,13 +178,20 @@ def chunk_tiling(sel: SelectKey) -> str:
 
 TRITON_TOPK_MAX = 16  # chunks a query may select on the generated top-k kernels (NSA's 16)
 TRITON_TOPK_ELEMENT_MAX = 64  # keys a query may select on the generated top-k element kernels
+TRITON_MAX_SINK = 128  # sink tokens under chunk selection: one key tile on the top-k chunk kernels
+
+
+def sink_tile(sel: SelectKey) -> int:
+    """Keys of the tile the top-k chunk kernels hold `sel`'s sink tokens in: a power of two >= 16
+    (the smallest tl.dot operand), 0 without sinks."""
+    return max(16, 1 << (sel.sink - 1).bit_length()) if sel.sink else 0
 
 
 def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max, mean or
     lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without,
-    without sink tokens.
+    and up to 128 sink tokens (on the top-k kernels, also for k = 1).
     (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
     if key.family != "select" or sel is None:
@@ -221,16 +228,17 @@ def triton(key: KernelKey) -> Support:
         return _no("triton", f"`visibility = {key.visibility}` under {sel.over} selection is not generated "
                              "(reference only; element selection runs a window and its sink tokens)",
                    ("visibility",), "`visibility = full`, or `over = element` with a window")
-    if sel.over == "chunk" and sel.sink:
-        return _no("triton", f"sink tokens under chunk selection (`sink = {sel.sink}`) are not generated yet "
-                             "(reference only: the kernels attend the chosen chunks and the own one)",
-                   ("select", "sink"), "`sink = 0`")
+    if sel.over == "chunk" and sel.sink > TRITON_MAX_SINK:
+        return _no("triton", f"{sel.sink} sink tokens under chunk selection: the generated kernels hold the "
+                             f"sinks in one tile of at most {TRITON_MAX_SINK} keys", ("select", "sink"),
+                   f"`sink` of at most {TRITON_MAX_SINK}")
     if sel.over == "chunk":
         if chunk_tiling(sel):
             return _no("triton", chunk_tiling(sel), ("select", "over", "size"),
                        "a power of two from 16 to 128, e.g. 128 (to 1024 for top-k by mean keys without "
                        "gradient)", tiling=True)
-    # lse chunk scores, k = 1 included, on the top-k kernels (the Top-1 ones score by max and mean)
+    # lse chunk scores and sink tokens, k = 1 included, on the top-k kernels (the Top-1 ones score
+    # by max and mean and attend the chunks alone)
     return Support("triton", f"triton.top{'k' if runs_topk_kernels(sel) else 1}_{sel.over}")
 
 

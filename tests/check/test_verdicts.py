@@ -41,7 +41,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     # degraded: a weakened pillar
     "top1_chunk_approx": ("degraded", {"R003"}),
     "moba": ("degraded", {"R003", "R004"}),  # R004: an info, no gradient through the choice
-    "moba_sink4": ("degraded", {"R003", "R004", "W003"}),  # W003: no kernel takes chunk-selection sinks yet
+    "moba_sink4": ("degraded", {"R003", "R004"}),
     "rwkv7_top1_chunk_approx": ("degraded", {"R003", "M002"}),
     "temperature_2": ("degraded", {"N002"}),
     "temperature_4": ("degraded", {"N002"}),

@@ -73,8 +73,12 @@ def test_triton_table_names_what_rules_a_top1_mixer_out():
     # lse chunk scores run on the top-k chunk kernels, k = 1 included
     assert support.triton(kernel_key(top(over=nodes.Chunk(size=64), score="lse"), 64)).op == "triton.topk_chunk"
     assert support.triton(kernel_key(top(k=4, over=nodes.Chunk(size=64), score="lse"), 64)).op == "triton.topk_chunk"
-    # sink tokens under chunk selection: reference only, with the reason and the slot to change
-    sunk = support.triton(kernel_key(top(k=3, over=nodes.Chunk(size=128), score="mean", sink=4), 64))
+    # sink tokens under chunk selection: on the top-k kernels (k = 1 too) up to one tile of them,
+    # past it the reference, with the reason and the slot to change
+    assert support.triton(kernel_key(top(k=3, over=nodes.Chunk(size=128), score="mean", sink=4), 64)).op == \
+        "triton.topk_chunk"
+    assert support.triton(kernel_key(top(over=nodes.Chunk(size=128), sink=4), 64)).op == "triton.topk_chunk"
+    sunk = support.triton(kernel_key(top(k=3, over=nodes.Chunk(size=128), score="mean", sink=200), 64))
     assert not sunk.ok and "sink tokens under chunk selection" in sunk.reason and sunk.slot == ("select", "sink")
 
 

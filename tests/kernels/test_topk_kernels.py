@@ -25,9 +25,9 @@ from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_
 
 
 def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: int = 2, kv_groups: int = 2,
-             dk: int = 16, dv: int = 16, grad: str = "none"):
+             dk: int = 16, dv: int = 16, grad: str = "none", sink: int = 0):
     base = "top1_chunk_exact" if score == "max" else "top1_chunk_approx"
-    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k, score=score)
+    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k, score=score, sink=sink)
     return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
 
 
@@ -74,13 +74,59 @@ def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local
     assert_matches(key, make_inputs(1, T, H, dims[0], dims[1], kv_heads=HK, **kind))
 
 
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([1, 2, 3]), sink=st.sampled_from([1, 5, 16, 21, 40, 128]),
+       length=st.sampled_from(["short", "k+1", "odd", "many"]), score=st.sampled_from(["max", "mean", "lse"]),
+       local=st.booleans(), groups=st.sampled_from([(2, 2), (4, 2), (3, 1)]), grad=st.sampled_from(["none", "ste"]))
+# sinks inside chunk 0 (chosen or not), spanning several chunks, past the sequence; k = 1 (the
+# top-k kernels run it), ties on the grid, the STE gate, the own chunk as a candidate
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=41), k=2, sink=5, length="many", score="mean",
+         local=True, groups=(2, 2), grad="none")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=42), k=3, sink=40, length="many", score="max",
+         local=False, groups=(4, 2), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=43), k=1, sink=21, length="odd", score="lse",
+         local=True, groups=(3, 1), grad="ste")
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=44), k=1, sink=128, length="k+1", score="mean",
+         local=False, groups=(2, 1), grad="none")
+def test_topk_chunk_kernels_with_sink_tokens_match_reference(kind, k, sink, length, score, local, groups, grad):
+    """top(k, over=chunk(16), sink=n): every query also attends the first n tokens, each key once
+    (a sink inside a selected chunk or the own chunk is not counted again), against the float64
+    reference; outputs and dq, dk, dv."""
+    T = {"short": 13, "k+1": 16 * (k + 1) + 1, "odd": 16 * (k + 2) - 5, "many": 16 * (k + 4) + 7}[length]
+    H, HK = groups
+    key = topk_key(score, k=k, local=local, heads=H, kv_groups=HK, grad=grad, sink=sink)
+    if kind["data"] == "grid":
+        key = dataclasses.replace(key, scale=0.25)  # a power of two keeps grid scores exact
+    assert support.triton(key).op == "triton.topk_chunk"
+    assert_matches(key, make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind))
+
+
+def test_sink_tokens_change_what_the_kernels_attend():
+    """The sink test above is not vacuous: at its shapes the sinks outside the chosen chunks move
+    the reference's output, and the kernels follow (the same key without sinks differs)."""
+    q, k, v, _ = make_inputs(1, 16 * 6 + 7, 2, 16, 16, kv_heads=2, data="float", magnitude=1.0, seed=45,
+                             duplicate=False)
+    with_sinks, without = (topk_key("mean", k=2, heads=2, kv_groups=2, sink=sink) for sink in (20, 0))
+    want = top1.reference(with_sinks, q.double(), k.double(), v.double())
+    assert ((top1.reference(without, q.double(), k.double(), v.double()) - want).norm() / want.norm()).item() > 1e-2
+    got = top1.run(with_sinks, q, k, v)
+    assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+
+
+def test_support_table_admits_chunk_sinks_in_one_tile():
+    assert support.triton(topk_key("mean", k=3, sink=4)).op == "triton.topk_chunk"
+    assert support.triton(topk_key("max", k=1, sink=128)).op == "triton.topk_chunk"  # k = 1: the top-k kernels
+    assert "at most 128" in support.triton(topk_key("mean", k=3, sink=129)).reason
+
+
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("score,local", [("max", True), ("max", False), ("mean", True), ("mean", False),
-                                         ("lse", True), ("lse", False)])
-def test_topk_decode_matches_last_row_of_the_full_forward(score, local, device):
+@pytest.mark.parametrize("score,local,sink", [("max", True, 0), ("max", False, 0), ("mean", True, 0),
+                                              ("mean", False, 0), ("lse", True, 0), ("lse", False, 0),
+                                              ("mean", True, 20), ("max", False, 5)])
+def test_topk_decode_matches_last_row_of_the_full_forward(score, local, sink, device):
     """One query at position L - 1 against the cache, four query heads on two key/value heads
-    (read in place; a cache repeated per query head gives the same answer)."""
-    key = topk_key(score, k=3, local=local, heads=4, kv_groups=2)
+    (read in place; a cache repeated per query head gives the same answer); with sink tokens too."""
+    key = topk_key(score, k=3, local=local, heads=4, kv_groups=2, sink=sink)
     for L in (1, 16, 17, 75):
         q, k, v, _ = make_inputs(1, L, 4, 16, 16, kv_heads=2, data="grid", magnitude=1.0, seed=L, duplicate=True)
         key_l = dataclasses.replace(key, scale=0.25)
@@ -115,7 +161,8 @@ def test_support_table_admits_top_k_chunks_up_to_16():
                                          ("top1_chunk_approx", {"chunk": 16}),  # grouped mean keys (HK heads)
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none"}),
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "ste", "local": False}),
-                                         ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "ste"})])
+                                         ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "ste"}),
+                                         ("top1_chunk_approx", {"chunk": 16, "k": 2, "grad": "none", "sink": 20})])
 def test_the_training_ops_pass_opcheck(spec, select):
     """torch.compile traces the custom ops with their fake implementations: the real outputs'
     shapes, dtypes and strides must be the fakes' (a strided dq from the top-k backward failed
@@ -172,14 +219,20 @@ def test_topk_kernels_on_gpu_at_large_shapes(score, grad, dtype):
 
 @FAST
 @given(kind=data_kinds, k=st.sampled_from([2, 3]), split=st.sampled_from([2, 4]),
-       length=st.sampled_from(["short", "k+1", "odd", "many"]), groups=st.sampled_from([(2, 2), (4, 2)]))
-@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=31), k=2, split=4, length="many", groups=(4, 2))
-@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=32), k=3, split=2, length="odd", groups=(2, 2))
-def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, split, length, groups):
+       length=st.sampled_from(["short", "k+1", "odd", "many"]), groups=st.sampled_from([(2, 2), (4, 2)]),
+       sink=st.sampled_from([0, 0, 5, 40]))
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=31), k=2, split=4, length="many", groups=(4, 2),
+         sink=0)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=32), k=3, split=2, length="odd", groups=(2, 2),
+         sink=0)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=35), k=2, split=2, length="many", groups=(4, 2),
+         sink=40)
+def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, split, length, groups, sink):
     """MoBA's chunks longer than a tile (512 tokens at 8K): the selection ranks whole chunks by
     their mean key, the attention kernels take each chosen chunk's tiles and the own chunk's
     earlier tiles. Tiles of 16 here (the GPU's are 128), chunks of 32 or 64, against the
-    reference of the whole-chunk selection."""
+    reference of the whole-chunk selection; with sink tokens, those outside every attended
+    tile."""
     from seqdsl.ir import support as table
 
     monkeypatch.setattr(table, "TRITON_MAX_CHUNK", 16)
@@ -187,7 +240,7 @@ def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, s
     T = {"short": chunk - 3, "k+1": (k + 1) * chunk + 1, "odd": (k + 2) * chunk - 5, "many": (k + 3) * chunk + 7}[length]
     H, HK = groups
     # temperature 1.25: a key no other test binds (the ops of a key are registered once per process)
-    key = dataclasses.replace(topk_key("mean", k=k, chunk=chunk, heads=H, kv_groups=HK), temperature=1.25)
+    key = dataclasses.replace(topk_key("mean", k=k, chunk=chunk, heads=H, kv_groups=HK, sink=sink), temperature=1.25)
     assert table.chunk_split(key.select) == split
     assert table.attention_key(key).select.k == k * split + split - 1
     if kind["data"] == "grid":
@@ -207,6 +260,21 @@ def test_long_chunks_are_split_only_where_the_choice_reads_mean_keys_alone():
         assert "longer than one tile" in support.triton(refused).reason, changed
     assert "not a power of two" in support.triton(topk_key("mean", k=3, chunk=2048)).reason
     assert "tiles of 128" in support.triton(topk_key("mean", k=16, chunk=1024)).reason
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("chunk,sink,grad", [(128, 4, "none"), (64, 100, "ste")])
+def test_chunk_sinks_on_gpu_at_large_shapes(dtype, chunk, sink, grad):
+    """Sink tokens at the GPU's tiles: MoBA's 4 sinks in chunk 0 of 128 tokens, and 100 sinks
+    over two 64-token chunks with the STE gate, top-3, four query heads on two key/value heads."""
+    key = topk_key("mean", k=3, chunk=chunk, heads=4, kv_groups=2, dk=64, dv=64, grad=grad, sink=sink)
+    inputs = make_inputs(2, 2048 + 77, 4, 64, 64, kv_heads=2, data="float", magnitude=1.0, seed=0, duplicate=False,
+                         dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    print(f"top-3 of {chunk} sink {sink} {grad} D=64 {dtype}: " + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
 
 
 @pytest.mark.gpu
