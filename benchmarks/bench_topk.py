@@ -11,6 +11,9 @@ seqdsl's reference; a generated top-k kernel is one more column when the Triton 
 Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean unless a case says lse, ties aside):
     moba_k3_c128  MoBA   top(3, over=chunk(128), score=mean, local=true)
     moba_k8_c64   MoBA   top(8, over=chunk(64), score=mean, local=true)
+    moba_sink4_k3_c128, sink64_k3_c64   top(3, over=chunk(C), score=mean, sink=n): the first n tokens
+                  attended besides the chunks, each key once (no Flex column: its block mask here
+                  carries no sinks)
     lse_k4_c64    top(4, over=chunk(64), score=lse): chunks ranked by tau * logsumexp of their
                   keys' scores / tau (specs/topk_chunk_lse.seq's selection, without the gradient)
     nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true, the language's default, kept:
@@ -104,6 +107,7 @@ class Case:
     element: bool = False  # top-k keys (chunk 1): no block structure, no Flex or fla column
     grad: str = "none"  # "ste": element selection trained through the surrogate (a dense pass)
     score: str = "mean"  # chunk score: "mean" (MoBA, NSA) or "lse" (every key of a chunk scored)
+    sink: int = 0  # sink tokens attended besides the chunks (top(..., sink=n))
 
 
 CASES = {c.name: c for c in (
@@ -113,6 +117,10 @@ CASES = {c.name: c for c in (
          "top(8, over=chunk(64), score=mean, local=true)"),
     Case("moba_k3_c512", "MoBA, k = 3 of 512-token chunks (MoBA's 8K setting; the 110m preset at 8K)", 3, 512,
          True, False, "top(3, over=chunk(512), score=mean, local=true)"),
+    Case("moba_sink4_k3_c128", "MoBA with 4 sink tokens, k = 3 of 128-token chunks", 3, 128, True, False,
+         "top(3, over=chunk(128), score=mean, sink=4)", sink=4),
+    Case("sink64_k3_c64", "MoBA-like with 64 sink tokens, k = 3 of 64-token chunks (sinks past chunk 0's "
+         "queries' choices)", 3, 64, True, False, "top(3, over=chunk(64), score=mean, sink=64)", sink=64),
     Case("lse_k4_c64", "top-k chunks by lse, k = 4 of 64-token chunks", 4, 64, True, False,
          "top(4, over=chunk(64), score=lse, grad=none)", score="lse"),
     Case("nsa_k16_c64", "NSA selected branch, k = 16 of 64-token chunks", 16, 64, True, True,
@@ -423,6 +431,11 @@ def attended_pairs(case: Case, T: int) -> float:
             total += C * min(k, c) * C + own
         else:  # upper bound: the own chunk among the k when there are at most k candidates
             total += C * min(k, c) * C + (own if k > c else 0)
+    if case.sink:  # sinks past the (earliest, as counted) chosen chunks, before an attended own chunk
+        for i in range(T):
+            c = i // C
+            own_attended = case.local or k > c
+            total += max(0, min(case.sink, i + 1, c * C if own_attended else i + 1) - min(k, c) * C)
     return float(total)
 
 
@@ -448,7 +461,7 @@ def generated_key(case: Case, dim: int, HQ: int, HKV: int):
         key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad=case.grad)
         return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
     key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none",
-                  score=case.score)
+                  score=case.score, sink=case.sink)
     return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
 
 
@@ -489,6 +502,8 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
     if column == "flex":
         if case.element:
             raise Skip("top-k keys per query: no block structure for a BlockMask (every tile partial)")
+        if case.sink:
+            raise Skip("the BlockMask built here carries no sink tokens")
         if T > args.flex_max_t:
             raise Skip(f"T > --flex-max-t {args.flex_max_t}")
         try:
@@ -530,7 +545,7 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
 
         def ref(q, k, v):
             return topk_chunk_ref(q, expand(k), expand(v), chunk=case.chunk, scale=scale, k_top=case.k,
-                                  score=case.score, local=case.local, grad="ste")
+                                  score=case.score, local=case.local, grad="ste", sink=case.sink)
         return ref, {}
     if column == "generated":
         try:
@@ -725,10 +740,10 @@ def run_check(cases, device, args) -> list[dict]:
             want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad=case.grad)
         else:
             want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score=case.score,
-                                  local=case.local, grad="none")
+                                  local=case.local, grad="none", sink=case.sink)
         want_grads = torch.autograd.grad(want, leaves, do) if cuda else None
         qd, kd, vd, dod = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
-        for encoding in () if case.element else encodings:  # element: no block mask to check
+        for encoding in () if case.element or case.sink else encodings:  # element, sinks: no block mask here
             t0 = time.perf_counter()
             row = dict(check="flex", case=case.name, local=case.local, encoding=encoding, T=T, HQ=HQ, HKV=HKV,
                        dim=dim, dtype=str(dtype).replace("torch.", ""), tol=tol)

@@ -21,6 +21,7 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
     bench = _script()
     # the element cases' generated kernels take minutes a call under the interpreter: the chunk cases here
     chunked = [name for name, case in bench.CASES.items() if not case.element]
+    blocked = [name for name in chunked if not bench.CASES[name].sink]  # Flex's block mask here has no sinks
     assert bench.main(["--smoke", "--check", "--cases", ",".join(chunked), "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("bench_topk_smoke_*.json")).read_text())
     assert result["partial"] is False
@@ -29,7 +30,7 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
     flex = [c for c in check if c["check"] == "flex"]
     # every case (and local = false) in both encodings, output and encoded tiles vs the reference
     assert {(c["case"], c["encoding"]) for c in flex} == \
-        {(case, enc) for case in [*chunked, "moba_k3_c128_nonlocal"] for enc in ("bits", "indices")}
+        {(case, enc) for case in [*blocked, "moba_k3_c128_nonlocal"] for enc in ("bits", "indices")}
     for c in flex:
         assert c["ok"] is True, c
         assert c["err_o"] <= c["tol"] and c["err_blocks"] <= c["tol"], c
@@ -43,8 +44,11 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
         sdpa = [r for r in rows if r["case"] == case and r["column"] == "sdpa_cudnn"]
         assert len(sdpa) == 1 and sdpa[0]["fwd_ms"] > 0 and sdpa[0]["fwdbwd_ms"] > 0, sdpa
         flex_row = next(r for r in rows if r["case"] == case and r["column"] == "flex")
-        assert flex_row["fwd_ms"] > 0 and flex_row["fwd_x_sdpa"] > 0
-        assert "backward" in flex_row["fwdbwd_skip"]  # FlexAttention has no CPU backward: said so
+        if case in blocked:
+            assert flex_row["fwd_ms"] > 0 and flex_row["fwd_x_sdpa"] > 0
+            assert "backward" in flex_row["fwdbwd_skip"]  # FlexAttention has no CPU backward: said so
+        else:
+            assert "no sink tokens" in flex_row["skip"], flex_row
         # every column either ran or says why, per pass
         for r in (r for r in rows if r["case"] == case):
             for p in ("fwd", "fwdbwd"):
@@ -120,3 +124,15 @@ def test_attended_pairs_count_what_the_reference_attends():
     chunk = bench.Case("c", "c", 2, 8, True, False, "")
     own = sum(min(i % 8 + 1, 8) for i in range(T))
     assert bench.attended_pairs(chunk, T) == sum(8 * min(2, i // 8) for i in range(T)) + own
+    # sink tokens: a set union with the chosen chunks (the earliest, as counted) and the own chunk
+    for local in (True, False):
+        for sink in (3, 8, 21, 60):
+            case = bench.Case("s", "s", 2, 8, local, False, "", sink=sink)
+            count = 0
+            for i in range(T):
+                c = i // 8
+                keys = set(range(min(2, c) * 8)) | {j for j in range(sink) if j <= i}
+                if local or 2 > c:
+                    keys |= set(range(c * 8, i + 1))
+                count += len(keys)
+            assert bench.attended_pairs(case, T) == count, (local, sink)
