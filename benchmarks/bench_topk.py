@@ -11,9 +11,9 @@ seqdsl's reference; a generated top-k kernel is one more column when the Triton 
 Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean unless a case says lse, ties aside):
     moba_k3_c128  MoBA   top(3, over=chunk(128), score=mean, local=true)
     moba_k8_c64   MoBA   top(8, over=chunk(64), score=mean, local=true)
-    moba_sink4_k3_c128, sink64_k3_c64   top(3, over=chunk(C), score=mean, sink=n): the first n tokens
-                  attended besides the chunks, each key once (no Flex column: its block mask here
-                  carries no sinks)
+    moba_sink4_k3_c128, sink100_k3_c64   top(3, over=chunk(C), score=mean, sink=n): the first n tokens
+                  attended besides the chunks, each key once (Flex: the tiles holding a sink are
+                  partial for every query block, the mask_mod adds kv < n)
     lse_k4_c64    top(4, over=chunk(64), score=lse): chunks ranked by tau * logsumexp of their
                   keys' scores / tau (specs/topk_chunk_lse.seq's selection, without the gradient)
     nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true, the language's default, kept:
@@ -119,8 +119,8 @@ CASES = {c.name: c for c in (
          True, False, "top(3, over=chunk(512), score=mean, local=true)"),
     Case("moba_sink4_k3_c128", "MoBA with 4 sink tokens, k = 3 of 128-token chunks", 3, 128, True, False,
          "top(3, over=chunk(128), score=mean, sink=4)", sink=4),
-    Case("sink64_k3_c64", "MoBA-like with 64 sink tokens, k = 3 of 64-token chunks (sinks past chunk 0's "
-         "queries' choices)", 3, 64, True, False, "top(3, over=chunk(64), score=mean, sink=64)", sink=64),
+    Case("sink100_k3_c64", "MoBA-like with 100 sink tokens, k = 3 of 64-token chunks (sinks over two chunks)",
+         3, 64, True, False, "top(3, over=chunk(64), score=mean, sink=100)", sink=100),
     Case("lse_k4_c64", "top-k chunks by lse, k = 4 of 64-token chunks", 4, 64, True, False,
          "top(4, over=chunk(64), score=lse, grad=none)", score="lse"),
     Case("nsa_k16_c64", "NSA selected branch, k = 16 of 64-token chunks", 16, 64, True, True,
@@ -251,11 +251,12 @@ def select_chunks(q, k, *, chunk: int, k_top: int, local: bool, per_kv_head: boo
     return out
 
 
-def block_tiles(idx, *, T: int, chunk: int, local: bool, block: int):
+def block_tiles(idx, *, T: int, chunk: int, local: bool, block: int, sink: int = 0):
     """(partial, full) bool (B, H, T / block, T / block): the BlockMask's tiles for the selection
     idx (B, H, T, k). A tile is full when every query of its row block attends every key of it
     (all its chunks picked by all `block` queries, the tile wholly before the queries); partial
-    when some query attends some key of it (the mask_mod decides inside)."""
+    when some query attends some key of it (the mask_mod decides inside): with `sink` tokens, every
+    tile holding one, at or before the queries' tile, too."""
     import torch
 
     B, H, _, K = idx.shape
@@ -279,6 +280,9 @@ def block_tiles(idx, *, T: int, chunk: int, local: bool, block: int):
         touched, whole = (per > 0).any(-1), (per == block).all(-1)
     before = torch.arange(nb, device=idx.device)[None, :] < torch.arange(nb, device=idx.device)[:, None]
     full = whole & before
+    if sink:
+        tiles = torch.arange(nb, device=idx.device)
+        touched = touched | ((tiles[None, :] < -(-sink // block)) & (tiles[None, :] <= tiles[:, None]))
     return touched & ~full, full
 
 
@@ -303,7 +307,7 @@ class FlexSelected:
         self.kernel_options = kernel_options or None
         self.gqa = HQ != HKV
         self.score_dtype = score_dtype
-        C, n, local = case.chunk, T // case.chunk, case.local
+        C, n, local, sink = case.chunk, T // case.chunk, case.local, case.sink
         if encoding == "bits":  # bit c % 32 of word c // 32: query attends chunk c (besides its own)
             self.buf = torch.zeros(B, HQ, T, -(-n // 32), dtype=torch.int32, device=device)
             words = self.buf
@@ -313,7 +317,7 @@ class FlexSelected:
                 hit = ((words[b, h, qi, c // 32] >> (c % 32)) & 1) == 1
                 if local:
                     hit = hit | (c == qi // C)
-                return hit & (kv <= qi)
+                return (hit | (kv < sink)) & (kv <= qi)
         elif encoding == "indices":  # the k chunk indices, -1 where none
             K = min(case.k, n)
             self.buf = torch.full((B, HQ, T, K), -1, dtype=torch.int32, device=device)
@@ -324,7 +328,7 @@ class FlexSelected:
                 hit = (c == qi // C) if local else (ind[b, h, qi, 0] == c)
                 for j in range(0 if local else 1, K):
                     hit = hit | (ind[b, h, qi, j] == c)
-                return hit & (kv <= qi)
+                return (hit | (kv < sink)) & (kv <= qi)
         else:
             raise ValueError(encoding)
         self.mask_mod = mask_mod
@@ -348,7 +352,8 @@ class FlexSelected:
                 self.buf.scatter_add_(-1, idx.clamp(min=0) // 32, bit)  # distinct bits: add = or
             else:
                 self.buf.copy_(idx)
-            partial, full = block_tiles(idx, T=self.T, chunk=case.chunk, local=case.local, block=self.block)
+            partial, full = block_tiles(idx, T=self.T, chunk=case.chunk, local=case.local, block=self.block,
+                                        sink=case.sink)
             return BlockMask.from_kv_blocks(*_tile_lists(partial), *_tile_lists(full), BLOCK_SIZE=self.block,
                                             mask_mod=self.mask_mod, seq_lengths=(self.T, self.T))
 
@@ -502,8 +507,6 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
     if column == "flex":
         if case.element:
             raise Skip("top-k keys per query: no block structure for a BlockMask (every tile partial)")
-        if case.sink:
-            raise Skip("the BlockMask built here carries no sink tokens")
         if T > args.flex_max_t:
             raise Skip(f"T > --flex-max-t {args.flex_max_t}")
         try:
@@ -743,7 +746,7 @@ def run_check(cases, device, args) -> list[dict]:
                                   local=case.local, grad="none", sink=case.sink)
         want_grads = torch.autograd.grad(want, leaves, do) if cuda else None
         qd, kd, vd, dod = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
-        for encoding in () if case.element or case.sink else encodings:  # element, sinks: no block mask here
+        for encoding in () if case.element else encodings:  # element: no block mask to check
             t0 = time.perf_counter()
             row = dict(check="flex", case=case.name, local=case.local, encoding=encoding, T=T, HQ=HQ, HKV=HKV,
                        dim=dim, dtype=str(dtype).replace("torch.", ""), tol=tol)

@@ -2,7 +2,8 @@
 # Where `import fla` spends its time on a GPU machine (22-24 s on an H100 on 2026-11-28, most of
 # RWKV-7's planning before its self-checks): the whole import, `python -X importtime`'s slowest
 # modules (cumulative microseconds), and the ops seqdsl calls imported without running the
-# package's __init__ (which imports fla.layers and fla.models). Results to $OUT or benchmarks/results.
+# package's __init__ (which imports fla.layers and fla.models), and seqdsl's import_ops against the
+# whole import (bench_fla_import.py). Results to $OUT or benchmarks/results.
 #     bash benchmarks/fla_import_gpu_round.sh
 source "$(dirname "$0")/gpu_round_common.sh"
 install_packages "$out" || exit 1
@@ -22,3 +23,6 @@ for name in ("rwkv7", "gated_delta_rule", "delta_rule", "simple_gla", "gla", "rw
 print(f"fla.ops.* without the package's __init__: {time.time() - t:.1f} s")
 PY
 "$py" -c "import time; t = time.time(); import fla; print(f'import fla: {time.time() - t:.1f} s')"
+# seqdsl's own import of the ops (without fla's layers and models), against the whole package,
+# each in fresh interpreters, alternating (benchmarks/bench_fla_import.py)
+"$py" benchmarks/bench_fla_import.py --repeats "${REPEATS:-3}" --out "$out"

@@ -21,7 +21,6 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
     bench = _script()
     # the element cases' generated kernels take minutes a call under the interpreter: the chunk cases here
     chunked = [name for name, case in bench.CASES.items() if not case.element]
-    blocked = [name for name in chunked if not bench.CASES[name].sink]  # Flex's block mask here has no sinks
     assert bench.main(["--smoke", "--check", "--cases", ",".join(chunked), "--out", str(tmp_path)]) == 0
     result = json.loads(next(tmp_path.glob("bench_topk_smoke_*.json")).read_text())
     assert result["partial"] is False
@@ -30,7 +29,7 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
     flex = [c for c in check if c["check"] == "flex"]
     # every case (and local = false) in both encodings, output and encoded tiles vs the reference
     assert {(c["case"], c["encoding"]) for c in flex} == \
-        {(case, enc) for case in [*blocked, "moba_k3_c128_nonlocal"] for enc in ("bits", "indices")}
+        {(case, enc) for case in [*chunked, "moba_k3_c128_nonlocal"] for enc in ("bits", "indices")}
     for c in flex:
         assert c["ok"] is True, c
         assert c["err_o"] <= c["tol"] and c["err_blocks"] <= c["tol"], c
@@ -44,11 +43,8 @@ def test_smoke_check_matches_the_reference_and_writes_every_case(tmp_path):
         sdpa = [r for r in rows if r["case"] == case and r["column"] == "sdpa_cudnn"]
         assert len(sdpa) == 1 and sdpa[0]["fwd_ms"] > 0 and sdpa[0]["fwdbwd_ms"] > 0, sdpa
         flex_row = next(r for r in rows if r["case"] == case and r["column"] == "flex")
-        if case in blocked:
-            assert flex_row["fwd_ms"] > 0 and flex_row["fwd_x_sdpa"] > 0
-            assert "backward" in flex_row["fwdbwd_skip"]  # FlexAttention has no CPU backward: said so
-        else:
-            assert "no sink tokens" in flex_row["skip"], flex_row
+        assert flex_row["fwd_ms"] > 0 and flex_row["fwd_x_sdpa"] > 0
+        assert "backward" in flex_row["fwdbwd_skip"]  # FlexAttention has no CPU backward: said so
         # every column either ran or says why, per pass
         for r in (r for r in rows if r["case"] == case):
             for p in ("fwd", "fwdbwd"):
@@ -136,3 +132,25 @@ def test_attended_pairs_count_what_the_reference_attends():
                     keys |= set(range(c * 8, i + 1))
                 count += len(keys)
             assert bench.attended_pairs(case, T) == count, (local, sink)
+
+
+def test_block_tiles_cover_the_sink_tokens():
+    """Every attended (query, key) pair lies in a tile of the BlockMask, and every full tile is
+    attended whole, with queries that choose only their latest chunks: the sink tokens (over two
+    chunks here) then lie in tiles no selection touches."""
+    import torch
+
+    bench = _script()
+    T, C, block, sink, k = 512, 64, 128, 100, 2
+    c_i = torch.arange(T) // C
+    idx = torch.stack([c_i - 1 - s for s in range(k)], -1)  # the k latest earlier chunks
+    idx = torch.where(idx >= 0, idx, -1)
+    partial, full = bench.block_tiles(idx[None, None], T=T, chunk=C, local=True, block=block, sink=sink)
+    keys = torch.arange(T)
+    chosen = (idx[:, :, None] == (keys // C)[None, None, :]).any(1)
+    attend = (chosen | (c_i[:, None] == (keys // C)[None, :]) | (keys < sink)[None, :]) & (keys[None, :] <= keys[:, None])
+    tile = lambda m: m[0, 0].repeat_interleave(block, 0).repeat_interleave(block, 1)  # noqa: E731
+    assert not (attend & ~tile(partial | full)).any()  # no attended pair outside the tiles
+    assert attend[tile(full)].all()  # full tiles: every pair attended
+    # without the sinks, the last query block's first key tile is untouched: the sinks alone need it
+    assert not bench.block_tiles(idx[None, None], T=T, chunk=C, local=True, block=block)[0][0, 0, 3, 0]

@@ -16,6 +16,8 @@ import functools
 import importlib
 import importlib.util
 import re
+import sys
+from types import ModuleType
 
 import torch
 from torch import Tensor
@@ -32,9 +34,60 @@ _ARG_NAMES = ("q", "k", "v", "log_decay", "beta", "bonus", "a", "kappa", "initia
 
 @functools.lru_cache(maxsize=None)
 def importable() -> bool:
-    """True when fla imports here (it warns when imported on a machine without a GPU; fla
+    """True when fla's ops import here (it warns when imported on a machine without a GPU; fla
     failing to initialise on this machine counts as not importable)."""
-    return not import_failure(lambda: importlib.import_module("fla"), "flash-linear-attention")
+    return not import_failure(import_ops, "flash-linear-attention")
+
+
+# fla's package initialiser imports its layers and models (transformers, every layer fla has)
+# when the flash-linear-attention wheel is installed beside fla-core, and skips them when it is
+# not (fla-core alone). seqdsl calls six ops: 9-10 s of the 19-25 s `import fla` took on a fresh
+# H100 were the layers and models (docs/training.md, "Where RWKV-7's planning goes").
+_EXTENSIONS = ("fla.layers", "fla.models")
+
+
+def import_ops() -> ModuleType:
+    """`fla.ops`, with fla's package imported as fla-core alone would be: its layers and models
+    are hidden from its initialiser (a None in sys.modules makes their import fail as if absent),
+    then unhidden, and load on first use: `import fla.layers` as usual, and `from fla import
+    <a layer or model>` through a module __getattr__ that exports them as the initialiser does.
+    When fla is imported already (by the user's code), it is left as it is."""
+    if "fla" not in sys.modules:
+        hidden = [name for name in _EXTENSIONS if name not in sys.modules]
+        for name in hidden:
+            sys.modules[name] = None  # type: ignore[assignment]
+        try:
+            package = importlib.import_module("fla")
+        finally:
+            for name in hidden:
+                if sys.modules.get(name, ...) is None:
+                    del sys.modules[name]
+        if not any(name in sys.modules for name in _EXTENSIONS):
+            vars(package)["__getattr__"] = functools.partial(_export_extensions, package)  # PEP 562
+    return importlib.import_module("fla.ops")
+
+
+def _export_extensions(package: ModuleType, name: str):
+    """fla's module __getattr__ after `import_ops`: imports fla.layers and fla.models and exports
+    their public names into `fla` as its initialiser does (names ending in Config aside), once;
+    then `name` from there."""
+    if name.startswith("_"):  # dunder and private probes (pickle, inspect) import nothing
+        raise AttributeError(f"module 'fla' has no attribute {name!r}")
+    vars(package).pop("__getattr__", None)  # once: the imports below must not come back here
+    for extension in _EXTENSIONS:
+        try:
+            module = importlib.import_module(extension)
+        except ModuleNotFoundError:  # fla-core alone: as its own initialiser, nothing to export
+            continue
+        setattr(package, extension.rsplit(".", 1)[1], module)
+        for public in module.__all__:
+            if not public.endswith("Config"):
+                setattr(package, public, getattr(module, public))
+                package.__all__.append(public)
+    try:
+        return vars(package)[name]
+    except KeyError:
+        raise AttributeError(f"module 'fla' has no attribute {name!r}") from None
 
 
 def compute_dtype(m) -> torch.dtype:
@@ -55,8 +108,7 @@ def run(op: str, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
 
 
 def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
-    from fla import ops
-
+    ops = import_ops()
     q, k, v = (t.contiguous() for t in (q, k, v))
     common = dict(scale=1.0, initial_state=S, output_final_state=True)
     if op in _VECTOR_OPS:  # these kernels take one log decay per key channel, always
