@@ -27,6 +27,7 @@ ops = backend.import_ops()
 loaded = sorted(m for m in ("fla.layers", "fla.models") if m in sys.modules)
 import fla
 private = getattr(fla, "_not_a_name", None)  # a private probe imports nothing
+from fla import ops, utils  # submodules, as Python imports them after asking for the attribute
 after_probe = sorted(m for m in ("fla.layers", "fla.models") if m in sys.modules)
 kernels = [callable(ops.rwkv7.chunk_rwkv7), callable(ops.gated_delta_rule.chunk_gated_delta_rule)]
 from fla import NAME  # the lazy export, as a user writes it

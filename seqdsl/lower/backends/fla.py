@@ -64,14 +64,18 @@ def import_ops() -> ModuleType:
                     del sys.modules[name]
         if not any(name in sys.modules for name in _EXTENSIONS):
             vars(package)["__getattr__"] = functools.partial(_export_extensions, package)  # PEP 562
-    return importlib.import_module("fla.ops")
+    ops = vars(sys.modules["fla"]).get("ops")  # a stand-in fla (tests) holds its ops; fla's own loads them
+    return ops if ops is not None else importlib.import_module("fla.ops")
 
 
 def _export_extensions(package: ModuleType, name: str):
     """fla's module __getattr__ after `import_ops`: imports fla.layers and fla.models and exports
     their public names into `fla` as its initialiser does (names ending in Config aside), once;
     then `name` from there."""
-    if name.startswith("_"):  # dunder and private probes (pickle, inspect) import nothing
+    short = [extension.rsplit(".", 1)[1] for extension in _EXTENSIONS]
+    # dunder and private probes (pickle, inspect) import nothing, nor does `from fla import ops`
+    # (Python asks for the attribute before it imports the submodule)
+    if name.startswith("_") or (name not in short and importlib.util.find_spec(f"fla.{name}") is not None):
         raise AttributeError(f"module 'fla' has no attribute {name!r}")
     vars(package).pop("__getattr__", None)  # once: the imports below must not come back here
     for extension in _EXTENSIONS:
