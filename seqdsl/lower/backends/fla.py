@@ -43,7 +43,7 @@ def importable() -> bool:
 # when the flash-linear-attention wheel is installed beside fla-core, and skips them when it is
 # not (fla-core alone). seqdsl calls six ops: 9-10 s of the 19-25 s `import fla` took on a fresh
 # H100 were the layers and models (docs/training.md, "Where RWKV-7's planning goes").
-_EXTENSIONS = ("fla.layers", "fla.models")
+_EXTENSIONS = ("layers", "models")  # fla.layers, fla.models
 
 
 def import_ops() -> ModuleType:
@@ -53,7 +53,7 @@ def import_ops() -> ModuleType:
     <a layer or model>` through a module __getattr__ that exports them as the initialiser does.
     When fla is imported already (by the user's code), it is left as it is."""
     if "fla" not in sys.modules:
-        hidden = [name for name in _EXTENSIONS if name not in sys.modules]
+        hidden = [f"fla.{name}" for name in _EXTENSIONS if f"fla.{name}" not in sys.modules]
         for name in hidden:
             sys.modules[name] = None  # type: ignore[assignment]
         try:
@@ -62,7 +62,7 @@ def import_ops() -> ModuleType:
             for name in hidden:
                 if sys.modules.get(name, ...) is None:
                     del sys.modules[name]
-        if not any(name in sys.modules for name in _EXTENSIONS):
+        if not any(f"fla.{name}" in sys.modules for name in _EXTENSIONS):
             vars(package)["__getattr__"] = functools.partial(_export_extensions, package)  # PEP 562
     ops = vars(sys.modules["fla"]).get("ops")  # a stand-in fla (tests) holds its ops; fla's own loads them
     return ops if ops is not None else importlib.import_module("fla.ops")
@@ -72,18 +72,16 @@ def _export_extensions(package: ModuleType, name: str):
     """fla's module __getattr__ after `import_ops`: imports fla.layers and fla.models and exports
     their public names into `fla` as its initialiser does (names ending in Config aside), once;
     then `name` from there."""
-    short = [extension.rsplit(".", 1)[1] for extension in _EXTENSIONS]
     # dunder and private probes (pickle, inspect) import nothing, nor does `from fla import ops`
     # (Python asks for the attribute before it imports the submodule)
-    if name.startswith("_") or (name not in short and importlib.util.find_spec(f"fla.{name}") is not None):
+    if name.startswith("_") or (name not in _EXTENSIONS and importlib.util.find_spec(f"fla.{name}") is not None):
         raise AttributeError(f"module 'fla' has no attribute {name!r}")
     vars(package).pop("__getattr__", None)  # once: the imports below must not come back here
     for extension in _EXTENSIONS:
         try:
-            module = importlib.import_module(extension)
+            module = importlib.import_module(f"fla.{extension}")
         except ModuleNotFoundError:  # fla-core alone: as its own initialiser, nothing to export
-            continue
-        setattr(package, extension.rsplit(".", 1)[1], module)
+            continue  # (the import itself set `fla.<extension>`)
         for public in module.__all__:
             if not public.endswith("Config"):
                 setattr(package, public, getattr(module, public))

@@ -146,8 +146,9 @@ def top3_chunk_ebd3f71138a8_merge(Q, K, V, OS, LSES, SEL, O, LSE,
     # the sink keys j < SINK a query sees (j <= i) outside every chunk it attends anyway (the own
     # chunk and the selected ones, SEL): a set union, each key once
     cols = tl.arange(0, SINK_BLOCK)
-    ks = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=(cols[:, None] < SINK) & (cols[:, None] < T_K), other=0.0)
-    vs = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=(cols[:, None] < SINK) & (cols[:, None] < T_K), other=0.0)
+    held = (cols[:, None] < SINK) & (cols[:, None] < T_K)
+    ks = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=held, other=0.0)
+    vs = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=held, other=0.0)
     sunk = (cols[None, :] < SINK) & (cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None]
     sunk = sunk & (cols[None, :] // CHUNK != (pos // CHUNK)[:, None])
     for s in tl.static_range(TOPK):
@@ -268,8 +269,9 @@ def top3_chunk_ebd3f71138a8_sink_bwd(Q, K, V, DO, LSE, DELTA, SEL, DQS, DKS, DVS
     # the sink keys j < SINK a query sees (j <= i) outside every chunk it attends anyway (the own
     # chunk and the selected ones, SEL): a set union, each key once
     cols = tl.arange(0, SINK_BLOCK)
-    ks = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=(cols[:, None] < SINK) & (cols[:, None] < T_K), other=0.0)
-    vs = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=(cols[:, None] < SINK) & (cols[:, None] < T_K), other=0.0)
+    held = (cols[:, None] < SINK) & (cols[:, None] < T_K)
+    ks = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=held, other=0.0)
+    vs = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=held, other=0.0)
     sunk = (cols[None, :] < SINK) & (cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None]
     sunk = sunk & (cols[None, :] // CHUNK != (pos // CHUNK)[:, None])
     for s in tl.static_range(TOPK):
