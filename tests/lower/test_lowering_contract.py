@@ -138,6 +138,17 @@ def test_per_channel_kernels_get_a_per_channel_decay(recorded_fla, op, decay):
         torch.testing.assert_close(args[5], kappa * a)
 
 
+@pytest.mark.parametrize("grad", [True, False])
+def test_rwkv7_keeps_its_forward_for_the_backward_only_when_training(recorded_fla, grad):
+    """fla's chunk_rwkv7 recomputes its chunked forward in the backward unless told to keep it:
+    kept when gradients are on (faster, more memory), not asked for in inference."""
+    q, k, v = _qkv()
+    a, kappa = torch.rand(1, 5, 2, 16), torch.randn(1, 5, 2, 16)
+    with torch.set_grad_enabled(grad):
+        fla_backend._call("fla.chunk_rwkv7", q, k, v, -torch.rand(1, 5, 2, 16), None, None, a, kappa, None)
+    assert recorded_fla["chunk_rwkv7"][1]["disable_recompute"] is grad
+
+
 @pytest.mark.parametrize("op", ["fla.chunk_simple_gla", "fla.chunk_delta_rule", "fla.chunk_gated_delta_rule"])
 def test_scalar_decay_and_delta_kernels_get_their_arguments(recorded_fla, op):
     q, k, v = _qkv()

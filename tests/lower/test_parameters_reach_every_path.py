@@ -387,7 +387,7 @@ def _naive_fla_ops() -> types.SimpleNamespace:
     def chunk_gated_delta_rule(q, k, v, g, beta, *, scale, initial_state, output_final_state):
         return gated_delta(q, k, v, beta, g, scale=scale, initial_state=initial_state, output_final_state=True)
 
-    def chunk_rwkv7(q, w, k, v, a, b, *, scale, initial_state, output_final_state):
+    def chunk_rwkv7(q, w, k, v, a, b, *, scale, initial_state, output_final_state, disable_recompute):
         o, S = dplr(*map(head_first, (unscaled(q, scale), k, v, a, b, w)), initial_state=initial_state,
                     output_final_state=True)
         return head_first(o), S

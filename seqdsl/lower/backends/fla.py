@@ -131,8 +131,13 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
         g = log_decay if log_decay is not None else torch.zeros_like(beta)
         return ops.gated_delta_rule.chunk_gated_delta_rule(q, k, v, g=g, beta=beta, **common)
     if op == "fla.chunk_rwkv7":
-        # reference rule (4) in fla's dplr convention: fla's a = -kappa, fla's b = kappa * a
-        return ops.rwkv7.chunk_rwkv7(q, log_decay, k, v, -kappa, kappa * a, **common)
+        # reference rule (4) in fla's dplr convention: fla's a = -kappa, fla's b = kappa * a.
+        # disable_recompute: fla's backward otherwise recomputes the whole chunked forward (the
+        # intra-chunk matrices, the WY form, every chunk's state), about a tenth of RWKV-7's
+        # training step on an H100 (docs/training.md, "RWKV-7 without fla's recomputation"); kept
+        # instead, at about 1 GB a layer per 16 x 2048 tokens. Without gradients nothing is kept.
+        return ops.rwkv7.chunk_rwkv7(q, log_decay, k, v, -kappa, kappa * a, **common,
+                                     disable_recompute=torch.is_grad_enabled())
     raise ValueError(f"unknown fla op {op!r}")
 
 
