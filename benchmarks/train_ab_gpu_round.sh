@@ -2,7 +2,7 @@
 # `seqdsl train` with a change against its predecessor in one GPU call: files that differ are
 # taken back to a revision for the "before" leg, so both legs run on the same machine, data and
 # caches. Prepare here (git show writes the old files into .ab/train/, ignored by git), then run
-# with the device tool carrying .whl, .gpudata and .ab:
+# with the device tool carrying .whl, .gpudata and .ab (and .mambawhl with MAMBA=1):
 #     bash benchmarks/train_ab_gpu_round.sh prepare REV seqdsl/lower/backends/fla.py
 #     SPECS_AFTER=transformer,rwkv7 SPECS_BEFORE=rwkv7 bash benchmarks/train_ab_gpu_round.sh
 # "after" (the working tree) runs first, then "before" with the old files and the caches "after"
@@ -26,6 +26,7 @@ fi
 source "$(dirname "$0")/gpu_round_common.sh"
 [ -e .ab/train/REVISION ] || { echo "no .ab/train: run 'bash $0 prepare REV FILE...' first"; exit 2; }
 install_packages "$out" || exit 1
+[ "${MAMBA:-0}" = 1 ] && ensure_mamba  # mamba-ssm for mamba2 (carry .mambawhl: gpu_round_common.sh)
 mkdir -p /tmp/ab_after
 while read -r path; do cp "$path" "/tmp/ab_after/$(echo "$path" | tr / _)"; done < .ab/train/FILES
 for side in after before; do

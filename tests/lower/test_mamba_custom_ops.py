@@ -12,6 +12,7 @@ the extension's layout of its saved states x (B, D, chunks, 2K), the last state 
 
 from __future__ import annotations
 
+import math
 import types
 
 import pytest
@@ -23,12 +24,22 @@ from seqdsl.lower.backends import mamba_scan as scan_paths
 from tests.oracles.selective_scan import selective_scan_loop
 
 
+def _kept_stand_in(x, Bm, chunk):
+    """What the stand-in forward keeps for the backward: distinct values in the kept shapes, so
+    that the backward can tell it got them."""
+    return tuple(torch.arange(math.prod(shape), dtype=torch.float32).reshape(shape)
+                 for shape in mamba_ssd.kept_shapes(x, Bm, chunk))
+
+
 def _ssd_stand_in_forward(x, log_decay, Bm, Cm, init, chunk):
     o, final = mamba_ssd.reference(x, log_decay, Bm, Cm, init)
-    return o.to(x.dtype).contiguous(), final.float().contiguous()  # mamba's layout: contiguous
+    # mamba's layout: contiguous
+    return (o.to(x.dtype).contiguous(), final.float().contiguous(), *_kept_stand_in(x, Bm, chunk))
 
 
-def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
+def _ssd_stand_in_backward(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, chunk):
+    for got, kept in zip((states, CB), _kept_stand_in(x, Bm, chunk)):
+        assert torch.equal(got, kept), "the backward did not get what the forward kept"
     # torch.func, not torch.autograd: a custom op's implementation runs below the autograd keys
     present = [t for t in (x, log_decay, Bm, Cm, init) if t is not None]
 

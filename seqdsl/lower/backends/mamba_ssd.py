@@ -126,10 +126,29 @@ def _arguments(m: RecurrentInputs, S: Tensor | None, G: int) -> SsdArguments:
 # as one opaque call (dynamo would otherwise trace into mamba's Python wrappers, and inductor then
 # fails to generate code for the within-chunk cumulative sum: "Unexpected tiling", H100,
 # torch 2.11). Custom ops return no None: an absent decay or initial state has an empty gradient.
+#
+# mamba's own backward recomputes the forward's chunk states and the (chunk, chunk) products C B^T
+# (`_mamba_chunk_scan_combined_bwd`); here the forward returns them, kept for the backward
+# (`Kept`: the states every chunk starts from, float32, and CB, float32): three kernels fewer per
+# layer and step, about 4% of Mamba-2's step in an H100 profile
+# (benchmarks/results/profile_train_mamba2_b16_h100_2026-11-23_round6.log: `_chunk_state_fwd` and
+# `_state_passing_fwd` ran twice per layer), for about 130 MB a layer per 16 x 2048 tokens at the
+# 110m preset. The forward's states reach `_chunk_scan_fwd` in C's dtype, as mamba's forward
+# gives them (its `out_dtype`); the backward gets them in float32, as its recomputation did.
+
+
+def kept_shapes(x: Tensor, Bm: Tensor, chunk: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The shapes of what the forward keeps for the backward: the chunk states (B, c, H, V * K)
+    and CB (B, c, G, chunk, chunk), both float32."""
+    batch, T, H, V = x.shape
+    G, K = Bm.shape[-2:]
+    c = math.ceil(T / chunk)
+    return (batch, c, H, V * K), (batch, c, G, chunk, chunk)
 
 
 def _forward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
-             init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor]:
+             init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(o, final state, and for the backward: the chunk states and CB, float32)."""
     ssd = _ssd()
     batch, T, H, V = x.shape
     K = Bm.shape[-1]
@@ -137,27 +156,23 @@ def _forward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
     states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
     states, final = ssd._state_passing_fwd(
         states.flatten(-2), dA_cumsum[:, :, :, -1],
-        initial_states=None if init is None else init.flatten(-2), chunk_size=chunk, out_dtype=Cm.dtype)
-    states = states.unflatten(-1, (V, K))
+        initial_states=None if init is None else init.flatten(-2), chunk_size=chunk)
     CB = ssd._bmm_chunk_fwd(Cm, Bm, chunk, output_dtype=torch.float32)
-    out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states)
-    return out.contiguous(), final.unflatten(-1, (V, K)).contiguous()  # contiguous, as the fakes say
+    out, _ = ssd._chunk_scan_fwd(CB, x, dt, dA_cumsum, Cm, states.to(Cm.dtype).unflatten(-1, (V, K)))
+    # contiguous, as the fakes say
+    return out.contiguous(), final.unflatten(-1, (V, K)).contiguous(), states.contiguous(), CB.contiguous()
 
 
 def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
-              dout: Tensor, dfinal: Tensor, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    """As mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx; the forward's states
-    are recomputed, as mamba does."""
+              states: Tensor, CB: Tensor, dout: Tensor, dfinal: Tensor,
+              chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    """As mamba's _mamba_chunk_scan_combined_bwd, without D, z and seq_idx, and with the
+    forward's chunk states and CB (`_forward`) instead of recomputing them."""
     ssd = _ssd()
     batch, T, H, V = x.shape
     G, K = Bm.shape[-2:]
     dout = dout.contiguous()
     dA_cumsum, dt = chunk_decays(log_decay, batch, T, H, x.device, chunk)
-    CB = ssd._bmm_chunk_fwd(Cm, Bm, chunk, output_dtype=torch.float32)
-    states = ssd._chunk_state_fwd(Bm, x, dt, dA_cumsum, states_in_fp32=True)
-    states, _ = ssd._state_passing_fwd(
-        states.flatten(-2), dA_cumsum[:, :, :, -1],
-        initial_states=None if init is None else init.flatten(-2), chunk_size=chunk)
     dstates = ssd._chunk_scan_bwd_dstates(Cm, dA_cumsum, dout, dtype=states.dtype)
     dstates, ddA_chunk_cumsum, dinit, states = ssd._state_passing_bwd(
         states, dA_cumsum[:, :, :, -1], dstates.flatten(-2),
@@ -186,36 +201,40 @@ def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init:
 
 @torch.library.custom_op("seqdsl::mamba_ssd", mutates_args=())
 def _ssd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
-            init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor]:
+            init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _forward(x, log_decay, Bm, Cm, init, chunk)
 
 
 @_ssd_op.register_fake
 def _(x, log_decay, Bm, Cm, init, chunk):
     batch, T, H, V = x.shape
-    return x.new_empty(batch, T, H, V), x.new_empty(batch, H, V, Bm.shape[-1], dtype=torch.float32)
+    states, CB = kept_shapes(x, Bm, chunk)
+    return (x.new_empty(batch, T, H, V), x.new_empty(batch, H, V, Bm.shape[-1], dtype=torch.float32),
+            x.new_empty(states, dtype=torch.float32), x.new_empty(CB, dtype=torch.float32))
 
 
 @torch.library.custom_op("seqdsl::mamba_ssd_bwd", mutates_args=())
 def _ssd_bwd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
-                dout: Tensor, dfinal: Tensor, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
-    return _backward(x, log_decay, Bm, Cm, init, dout, dfinal, chunk)
+                states: Tensor, CB: Tensor, dout: Tensor, dfinal: Tensor,
+                chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+    return _backward(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, chunk)
 
 
 @_ssd_bwd_op.register_fake
-def _(x, log_decay, Bm, Cm, init, dout, dfinal, chunk):
+def _(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, chunk):
     fresh = lambda t: x.new_empty(0, dtype=torch.float32) if t is None else t.new_empty(t.shape)  # contiguous
     return tuple(fresh(t) for t in (x, log_decay, Bm, Cm, init))
 
 
 def _ssd_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:-1])
+    ctx.save_for_backward(*inputs[:-1], *output[2:])
     ctx.chunk = inputs[-1]
 
 
-def _ssd_grad(ctx, dout, dfinal):
-    x, log_decay, Bm, Cm, init = ctx.saved_tensors
-    dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, dout, dfinal, ctx.chunk)
+def _ssd_grad(ctx, dout, dfinal, _dstates, _dCB):
+    """The kept states and CB are the backward's, not outputs anyone differentiates."""
+    x, log_decay, Bm, Cm, init, states, CB = ctx.saved_tensors
+    dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, ctx.chunk)
     return dx, None if log_decay is None else d_log_decay, dB, dC, None if init is None else dinit, None
 
 
@@ -226,7 +245,8 @@ def ssd(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tenso
         chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
     """mamba's layout in and out: o (B, T, H, V), final state (B, H, V, K) float32. The discrete
     SSD with write scale 1 (see the module docstring), in chunks of `chunk` steps."""
-    return _ssd_op(x, log_decay, Bm, Cm, init, chunk)
+    o, final, _states, _CB = _ssd_op(x, log_decay, Bm, Cm, init, chunk)
+    return o, final
 
 
 def run(key: KernelKey, m, S: Tensor | None, chunk: int = CHUNK) -> tuple[Tensor, Tensor]:
