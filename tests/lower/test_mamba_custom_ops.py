@@ -1,4 +1,4 @@
-"""The custom ops around mamba-ssm's kernels (seqdsl::mamba_ssd, seqdsl::mamba_selective_scan and
+"""The custom ops around mamba-ssm's kernels (seqdsl::mamba_ssd_v2, seqdsl::mamba_selective_scan and
 their backward ops), on CPU, with test oracles standing in for the CUDA kernels: the ops' schemas,
 fake (meta) implementations and autograd registrations agree with what they run
 (`torch.library.opcheck`), and a function calling them compiles as one graph whose outputs and
@@ -77,7 +77,7 @@ def _grads(fn, inputs):
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
 def test_the_ssd_op_passes_opcheck(ssd_stand_in, decay, init):
     inputs = [None if t is None else t.requires_grad_() for t in _ssd_inputs(decay, init)]
-    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd.default, (*inputs, mamba_ssd.CHUNK))
+    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd_v2.default, (*inputs, mamba_ssd.CHUNK))
 
 
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
