@@ -1,6 +1,7 @@
 """torch.library custom ops around the generated selection kernels, one set per kernel key.
 
-Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd). Each op has a fake
+Op names come from `key.slug()` (seqdsl::<slug>_infer / _train / _bwd, each with its schema's
+digest appended: seqdsl/custom_ops.py). Each op has a fake
 (meta) implementation, so `torch.compile` traces through a model without graph breaks, and the
 training op has its backward registered with `register_autograd`. The ops take (B, T, H, D)
 contiguous tensors of one dtype; the differentiable entry point is `seqdsl.kernels.top1.run`.
@@ -24,6 +25,7 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from seqdsl.custom_ops import custom_op
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.key import chunk_size, runs_topk_kernels, selection, shared_kv_group
 from seqdsl.ir.support import attention_key
@@ -83,7 +85,7 @@ def _element_ops(key: KernelKey) -> Ops:
     slug = key.slug()
     group = shared_kv_group(key)  # query heads per key/value head of k and v
 
-    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    @custom_op(f"{slug}_infer")
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return element.forward(key, q, k, v, with_soft=False, kv_group=group)[0]
 
@@ -91,7 +93,7 @@ def _element_ops(key: KernelKey) -> Ops:
 
     ste = selection(key).grad == "ste"  # grad = none: the backward needs the arg-max alone
 
-    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    @custom_op(f"{slug}_train")
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         return element.forward(key, q, k, v, with_soft=ste, kv_group=group)
 
@@ -103,7 +105,7 @@ def _element_ops(key: KernelKey) -> Ops:
         return (o, _rows(q, torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
                 o.new_empty(B, n, H, v.shape[-1]))  # the soft output in the inputs' dtype, as element.forward
 
-    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    @custom_op(f"{slug}_bwd")
     def bwd(q: Tensor, k: Tensor, v: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
             o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return element.backward(key, q, k, v, do, idx, lse, o_soft)
@@ -134,13 +136,13 @@ def _chunk_ops(key: KernelKey) -> Ops:
     ste = selection(key).grad == "ste"
     C = chunk_size(selection(key))
 
-    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    @custom_op(f"{slug}_infer")
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return chunk.forward(key, q, k, v, with_stats=False)[0]
 
     infer.register_fake(_output_fake)
 
-    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    @custom_op(f"{slug}_train")
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor,
                                                         Tensor]:
         o, saved = chunk.forward(key, q, k, v, with_stats=ste)
@@ -156,7 +158,7 @@ def _chunk_ops(key: KernelKey) -> Ops:
                 _rows(q, torch.float32), _rows(q, torch.int32), q.new_empty(B * H, n_chunks + 1, dtype=torch.int32),
                 _kbar(key, q, k))
 
-    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    @custom_op(f"{slug}_bwd")
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, sel: Tensor, lsec: Tensor, gate: Tensor,
             gw: Tensor, lse: Tensor, perm: Tensor, starts: Tensor, kbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         saved = dict(zip(_CHUNK_SAVED, (sel, lsec, gate, gw, lse, perm, starts, kbar)))
@@ -176,13 +178,13 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     C = chunk_size(selection(attention_key(key)))
     ste = selection(key).grad == "ste"
 
-    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    @custom_op(f"{slug}_infer")
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return topk_chunk.forward(key, q, k, v)[0]
 
     infer.register_fake(_output_fake)
 
-    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    @custom_op(f"{slug}_train")
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor, Tensor]:
         o, saved = topk_chunk.forward(key, q, k, v, with_stats=ste)
         return (o, *(saved[name] for name in _TOPK_SAVED))
@@ -195,7 +197,7 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
                 q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32),
                 q.new_empty(B * H, T, K, dtype=torch.int32), stats, stats.new_empty(stats.shape), _kbar(key, q, k))
 
-    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    @custom_op(f"{slug}_bwd")
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, lse: Tensor, perm: Tensor, starts: Tensor,
             sel: Tensor, lsec: Tensor, gate: Tensor, kbar: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         saved = dict(zip(_TOPK_SAVED, (lse, perm, starts, sel, lsec, gate, kbar)))
@@ -211,13 +213,13 @@ def _topk_element_ops(key: KernelKey) -> Ops:
     K = selection(key).k
     ste = selection(key).grad == "ste"  # the backward needs the surrogate's lse and soft output
 
-    @torch.library.custom_op(f"seqdsl::{slug}_infer", mutates_args=())
+    @custom_op(f"{slug}_infer")
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
         return topk_element.forward(key, q, k, v)[0]
 
     infer.register_fake(_output_fake)
 
-    @torch.library.custom_op(f"seqdsl::{slug}_train", mutates_args=())
+    @custom_op(f"{slug}_train")
     def train(q: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         o, idx = topk_element.forward(key, q, k, v)
         if ste:
@@ -233,7 +235,7 @@ def _topk_element_ops(key: KernelKey) -> Ops:
         return (o, q.new_empty(B * H, T, K, dtype=torch.int32), q.new_empty(B * H, n, dtype=torch.float32),
                 o.new_empty(B, n, H, v.shape[-1]))
 
-    @torch.library.custom_op(f"seqdsl::{slug}_bwd", mutates_args=())
+    @custom_op(f"{slug}_bwd")
     def bwd(q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Tensor, idx: Tensor, lse: Tensor,
             o_soft: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         return topk_element.backward(key, q, k, v, do, idx, lse, o_soft)

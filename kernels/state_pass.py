@@ -40,6 +40,7 @@ import triton.language as tl
 from torch import Tensor
 
 from seqdsl.kernels import launch
+from seqdsl.custom_ops import custom_op
 
 WIDTHS = (16, 32, 64, 128)  # Dk and Dv as whole tiles (tl.arange, tensor-core products)
 
@@ -104,7 +105,7 @@ def walk(M: Tensor, C: Tensor, X0: Tensor, *, reverse: bool) -> Tensor:
     return X
 
 
-@torch.library.custom_op("seqdsl::affine_states", mutates_args=())
+@custom_op("affine_states")
 def _states(M: Tensor, b: Tensor, S0: Tensor) -> Tensor:
     return walk(M, b, S0, reverse=False)
 
@@ -115,7 +116,7 @@ def _(M, b, S0):
     return b.new_empty(R, N + 1, Dk, Dv)
 
 
-@torch.library.custom_op("seqdsl::affine_states_adjoint", mutates_args=())
+@custom_op("affine_states_adjoint")
 def _adjoint(M: Tensor, dS: Tensor) -> Tensor:
     """A (R, N+1, Dk, Dv) from dS (R, N+1, Dk, Dv): A[N] = dS[N], A[n] = M[n]^T A[n+1] + dS[n]."""
     N = M.shape[1]

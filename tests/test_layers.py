@@ -23,6 +23,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("kernels",),
     ("codegen",),
     ("reference", "data", "jsonl"),  # jsonl: record files that survive a killed writer
+    ("custom_ops",),  # torch.library ops named by their schema (kernels', lower's backends')
     ("passes",),
     ("parse", "ir"),
     ("errors", "cache_root", "version", "atomic"),  # atomic: whole-file rewrites (seqdsl/atomic.py)

@@ -19,6 +19,7 @@ from seqdsl.kernels import state_pass
 from seqdsl.lower.backends import triton as triton_backend
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference.recurrent import affine_states, chunked_ref, recurrent_ref
+from seqdsl import custom_ops
 from tests.ir.test_support import _own_mixers
 from tests.kernels.test_top1_kernels import FAST
 from tests.lower.test_parameters_reach_every_path import kernels_on_cpu
@@ -89,9 +90,9 @@ def test_the_adjoint_walk_reads_the_transitions_transposed_and_in_reverse():
 def test_the_state_walk_ops_pass_opcheck():
     """torch.compile traces the ops with their fake implementations; autograd through them."""
     M, b, S0 = walk_inputs((2,), 3, 16, 32, torch.float32)
-    torch.library.opcheck(torch.ops.seqdsl.affine_states.default, (M.requires_grad_(), b.requires_grad_(),
+    torch.library.opcheck(custom_ops.op("affine_states"), (M.requires_grad_(), b.requires_grad_(),
                                                                     S0.requires_grad_()))
-    torch.library.opcheck(torch.ops.seqdsl.affine_states_adjoint.default,
+    torch.library.opcheck(custom_ops.op("affine_states_adjoint"),
                           (M.detach(), torch.randn(2, 4, 16, 32)))
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from seqdsl.ir import support
 from seqdsl.kernels import top1, topk_element
+from seqdsl import custom_ops
 from tests.kernels.keys import variant
 from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
 
@@ -135,9 +136,9 @@ def test_the_top_k_element_ops_pass_opcheck(grad):
     ops = top1.bind(key).ops
     q, k, v, do = make_inputs(1, 20, 2, 16, 32, kv_heads=1, data="float", magnitude=1.0, seed=2, duplicate=False)
     slug = key.slug()
-    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default, tuple(t.requires_grad_() for t in (q, k, v)))
+    torch.library.opcheck(custom_ops.op(f"{slug}_train"), tuple(t.requires_grad_() for t in (q, k, v)))
     o, *saved = ops.train(q, k, v)
-    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_bwd").default,
+    torch.library.opcheck(custom_ops.op(f"{slug}_bwd"),
                           tuple(t.detach() for t in (q, k, v, o, do, *saved)))
 
 

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 
 from seqdsl.ir import support
 from seqdsl.kernels import top1
+from seqdsl import custom_ops
 from tests.kernels.keys import variant
 from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
 
@@ -171,10 +172,10 @@ def test_the_training_ops_pass_opcheck(spec, select):
     ops = top1.bind(key).ops
     q, k, v, do = make_inputs(1, 40, 4, 16, 16, kv_heads=2, data="float", magnitude=1.0, seed=2, duplicate=False)
     slug = key.slug()
-    torch.library.opcheck(getattr(torch.ops.seqdsl, f"{slug}_train").default,
+    torch.library.opcheck(custom_ops.op(f"{slug}_train"),
                           tuple(t.requires_grad_() for t in (q, k, v)))
     out = ops.train(q, k, v)
-    bwd = getattr(torch.ops.seqdsl, f"{slug}_bwd").default
+    bwd = custom_ops.op(f"{slug}_bwd")
     # the backward op's arguments as the registered autograd formula passes them (kernels/ops.py)
     args = (q, k, v, do, *out[1:]) if spec == "top1_element" else (q, k, v, out[0], do, *out[1:])
     torch.library.opcheck(bwd, tuple(t.detach() for t in args))

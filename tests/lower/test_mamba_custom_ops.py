@@ -1,4 +1,4 @@
-"""The custom ops around mamba-ssm's kernels (seqdsl::mamba_ssd_v2, seqdsl::mamba_selective_scan and
+"""The custom ops around mamba-ssm's kernels (seqdsl::mamba_ssd, seqdsl::mamba_selective_scan and
 their backward ops), on CPU, with test oracles standing in for the CUDA kernels: the ops' schemas,
 fake (meta) implementations and autograd registrations agree with what they run
 (`torch.library.opcheck`), and a function calling them compiles as one graph whose outputs and
@@ -21,6 +21,7 @@ import torch._dynamo
 
 from seqdsl.lower.backends import mamba_ssd
 from seqdsl.lower.backends import mamba_scan as scan_paths
+from seqdsl import custom_ops
 from tests.oracles.selective_scan import selective_scan_loop
 
 
@@ -77,7 +78,7 @@ def _grads(fn, inputs):
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
 def test_the_ssd_op_passes_opcheck(ssd_stand_in, decay, init):
     inputs = [None if t is None else t.requires_grad_() for t in _ssd_inputs(decay, init)]
-    torch.library.opcheck(torch.ops.seqdsl.mamba_ssd_v2.default, (*inputs, mamba_ssd.CHUNK))
+    torch.library.opcheck(custom_ops.op("mamba_ssd"), (*inputs, mamba_ssd.CHUNK))
 
 
 @pytest.mark.parametrize("decay,init", [(True, True), (False, False)], ids=["decay_and_state", "neither"])
@@ -123,7 +124,7 @@ def _scan_inputs(T: int = 13):
 
 def test_the_selective_scan_op_passes_opcheck(scan_stand_in):
     inputs = tuple(t.requires_grad_() for t in _scan_inputs(T=scan_paths.SCAN_CHUNK + 3))  # two state chunks
-    torch.library.opcheck(torch.ops.seqdsl.mamba_selective_scan.default, inputs)
+    torch.library.opcheck(custom_ops.op("mamba_selective_scan"), inputs)
 
 
 def test_the_selective_scan_op_compiles_as_one_graph_with_the_oracle_gradients(scan_stand_in):

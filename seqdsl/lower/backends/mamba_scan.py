@@ -53,6 +53,7 @@ from seqdsl.lower.backends import mamba_ssd
 from seqdsl.lower.backends.mamba_ssd import groups
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
+from seqdsl.custom_ops import custom_op
 
 
 def _scan_fn():
@@ -81,7 +82,7 @@ def _cuda():
 SCAN_CHUNK = 2048  # the extension keeps one state per 2048 steps: x (B, D, ceil(T / 2048), 2K)
 
 
-@torch.library.custom_op("seqdsl::mamba_selective_scan", mutates_args=())
+@custom_op("mamba_selective_scan")
 def _scan_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """(y (B, D, T), last state (B, D, K), x: the states the extension's backward reads)."""
     out, x, *_ = _cuda().fwd(u, delta, A, Bm, Cm, None, None, None, False)
@@ -96,7 +97,7 @@ def _(u, delta, A, Bm, Cm):
             u.new_empty(batch, D, -(-T // SCAN_CHUNK), 2 * K, dtype=A.dtype))
 
 
-@torch.library.custom_op("seqdsl::mamba_selective_scan_bwd", mutates_args=())
+@custom_op("mamba_selective_scan_bwd")
 def _scan_bwd_op(u: Tensor, delta: Tensor, A: Tensor, Bm: Tensor, Cm: Tensor, x: Tensor, dout: Tensor | None,
                  dlast: Tensor | None) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
     """The gradients of (u, delta, A, B, C): the extension's backward for y's, plus, when the last

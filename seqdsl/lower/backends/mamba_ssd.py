@@ -48,6 +48,7 @@ from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
+from seqdsl.custom_ops import custom_op
 
 CHUNK = 256  # Mamba-2's chunk size, the path's; `ssd(..., chunk)` takes others (benchmarks: not GPU-tested)
 _KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
@@ -135,11 +136,6 @@ def _arguments(m: RecurrentInputs, S: Tensor | None, G: int) -> SsdArguments:
 # `_state_passing_fwd` ran twice per layer), for about 130 MB a layer per 16 x 2048 tokens at the
 # 110m preset. The forward's states reach `_chunk_scan_fwd` in C's dtype, as mamba's forward
 # gives them (its `out_dtype`); the backward gets them in float32, as its recomputation did.
-#
-# The ops' names carry a version (_v2: the kept outputs), changed whenever their schemas change:
-# torch's compile caches know a custom op by its name, and a graph compiled against the old
-# schema, found in a warm cache, was run against the new one (IndexError in the compiled
-# graph's call, H200, 2026-11-28, seqdsl::mamba_ssd before and after this change).
 
 
 def kept_shapes(x: Tensor, Bm: Tensor, chunk: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -204,7 +200,7 @@ def _backward(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init:
             dinit.contiguous())  # as the fakes say
 
 
-@torch.library.custom_op("seqdsl::mamba_ssd_v2", mutates_args=())
+@custom_op("mamba_ssd")
 def _ssd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor,
             init: Tensor | None, chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     return _forward(x, log_decay, Bm, Cm, init, chunk)
@@ -218,7 +214,7 @@ def _(x, log_decay, Bm, Cm, init, chunk):
             x.new_empty(states, dtype=torch.float32), x.new_empty(CB, dtype=torch.float32))
 
 
-@torch.library.custom_op("seqdsl::mamba_ssd_v2_bwd", mutates_args=())
+@custom_op("mamba_ssd_bwd")
 def _ssd_bwd_op(x: Tensor, log_decay: Tensor | None, Bm: Tensor, Cm: Tensor, init: Tensor | None,
                 states: Tensor, CB: Tensor, dout: Tensor, dfinal: Tensor,
                 chunk: int) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
