@@ -39,8 +39,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from seqdsl.kernels import launch
 from seqdsl.custom_ops import custom_op
+from seqdsl.kernels import launch
 
 WIDTHS = (16, 32, 64, 128)  # Dk and Dv as whole tiles (tl.arange, tensor-core products)
 

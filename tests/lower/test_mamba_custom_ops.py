@@ -92,6 +92,21 @@ def test_the_ssd_op_compiles_as_one_graph_with_the_reference_gradients(ssd_stand
         assert torch.allclose(x, y, rtol=1e-5, atol=1e-6)
 
 
+def test_the_ssd_op_differentiates_an_output_alone_and_keeps_no_gradient_for_what_it_kept(ssd_stand_in):
+    """Training uses o and not the final state: the backward makes the final state's zero
+    gradient itself (autograd materialises none: the kept outputs would cost 130 MB a layer);
+    the kept states and CB are not differentiable."""
+    inputs = _ssd_inputs(True, True)
+    leaves = [t.clone().requires_grad_() for t in inputs]
+    o, final, *kept = custom_ops.op("mamba_ssd")(*leaves, mamba_ssd.CHUNK)
+    assert not any(t.requires_grad for t in kept)
+    o.square().sum().backward()
+    want = [t.clone().requires_grad_() for t in inputs]
+    mamba_ssd.reference(*want)[0].square().sum().backward()
+    for got, ref in zip(leaves, want):
+        assert torch.allclose(got.grad, ref.grad, rtol=1e-5, atol=1e-6)
+
+
 class _ExtensionStandIn(types.SimpleNamespace):
     """selective_scan_cuda's fwd and bwd, as mamba-ssm calls them (no D, z, delta_bias)."""
 

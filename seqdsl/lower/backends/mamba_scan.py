@@ -46,6 +46,7 @@ import functools
 import torch
 from torch import Tensor
 
+from seqdsl.custom_ops import custom_op
 from seqdsl.ir.key import KernelKey
 from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
@@ -53,7 +54,6 @@ from seqdsl.lower.backends import mamba_ssd
 from seqdsl.lower.backends.mamba_ssd import groups
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
-from seqdsl.custom_ops import custom_op
 
 
 def _scan_fn():

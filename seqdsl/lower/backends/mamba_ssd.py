@@ -43,12 +43,12 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from seqdsl.custom_ops import custom_op
 from seqdsl.ir.key import KernelKey
 from seqdsl.lower.backends.base import import_failure
 from seqdsl.lower.inputs import RecurrentInputs
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
-from seqdsl.custom_ops import custom_op
 
 CHUNK = 256  # Mamba-2's chunk size, the path's; `ssd(..., chunk)` takes others (benchmarks: not GPU-tested)
 _KERNELS = ("_bmm_chunk_fwd", "_bmm_chunk_bwd", "_chunk_state_fwd", "_chunk_state_bwd_db",
@@ -130,7 +130,7 @@ def _arguments(m: RecurrentInputs, S: Tensor | None, G: int) -> SsdArguments:
 #
 # mamba's own backward recomputes the forward's chunk states and the (chunk, chunk) products C B^T
 # (`_mamba_chunk_scan_combined_bwd`); here the forward returns them, kept for the backward
-# (`Kept`: the states every chunk starts from, float32, and CB, float32): three kernels fewer per
+# (`kept_shapes`: the states every chunk starts from and CB, float32): three kernels fewer per
 # layer and step, about 4% of Mamba-2's step in an H100 profile
 # (benchmarks/results/profile_train_mamba2_b16_h100_2026-11-23_round6.log: `_chunk_state_fwd` and
 # `_state_passing_fwd` ran twice per layer), for about 130 MB a layer per 16 x 2048 tokens at the
@@ -228,13 +228,23 @@ def _(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, chunk):
 
 
 def _ssd_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:-1], *output[2:])
+    o, final, *kept = output
+    ctx.save_for_backward(*inputs[:-1], *kept)
     ctx.chunk = inputs[-1]
+    # the kept states and CB are the backward's, not outputs anyone differentiates: no zero
+    # gradients materialised for them (130 MB a layer at the 110m preset); o's and the final
+    # state's are made here when they got none
+    ctx.mark_non_differentiable(*kept)
+    ctx.set_materialize_grads(False)
 
 
 def _ssd_grad(ctx, dout, dfinal, _dstates, _dCB):
-    """The kept states and CB are the backward's, not outputs anyone differentiates."""
     x, log_decay, Bm, Cm, init, states, CB = ctx.saved_tensors
+    batch, T, H, V = x.shape
+    if dout is None:
+        dout = x.new_zeros(batch, T, H, V)
+    if dfinal is None:
+        dfinal = x.new_zeros(batch, H, V, Bm.shape[-1], dtype=torch.float32)
     dx, d_log_decay, dB, dC, dinit = _ssd_bwd_op(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, ctx.chunk)
     return dx, None if log_decay is None else d_log_decay, dB, dC, None if init is None else dinit, None
 
