@@ -160,8 +160,9 @@ def inert_parameter(ctx: MixerContext):
     """A parameter that has no effect with the other choices made.
 
     Why: a spec is read by people; a parameter that silently does nothing suggests an
-    experiment that is not happening. `score`, `local` and `sink` apply to chunk selection only;
-    `value_grad` applies to element selection trained with `grad = ste`.
+    experiment that is not happening. `score`, `local`, `sink` and `share` apply to chunk
+    selection only; `share = group` needs heads that share key/value heads (`kv_groups` below
+    the heads); `value_grad` applies to element selection trained with `grad = ste`.
 
     Paper: not a finding of the paper.
 
@@ -182,6 +183,16 @@ def inert_parameter(ctx: MixerContext):
         yield Finding(f"`sink = {sel.sink}` has no effect on element selection (chunks only)",
                       ctx.span("select", "sink"), "the spec says more than the mixer does",
                       "write the sinks in the window, `visibility = window(w, sink=n)`, or select over chunks")
+    if element and sel.share == "group":
+        yield Finding("`share = group` has no effect on element selection (chunks only)",
+                      ctx.span("select", "share"), "the spec says more than the mixer does",
+                      "remove `share`, or select over chunks")
+    kv_groups = ctx.mixer.kv_groups
+    if not element and sel.share == "group" and (kv_groups == "auto" or kv_groups == ctx.heads):
+        yield Finding("`share = group` has no effect: every head has its own key/value head, so each "
+                      "group is one head", ctx.span("select", "share"), "the spec says more than the mixer does",
+                      "set `kv_groups` below the heads (NSA: one key/value head per 16 query heads), or "
+                      "remove `share`")
     if sel.value_grad == "soft" and (not element or sel.grad == "none"):
         why = "chunk selection" if not element else "`grad = none`"
         yield Finding(f"`value_grad = soft` has no effect with {why}",

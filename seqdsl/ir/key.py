@@ -60,6 +60,7 @@ class SelectKey:
     grad: Literal["ste", "none"]
     value_grad: Literal["hard", "soft"]  # element selection with grad=ste
     sink: int = 0  # chunk selection: the first `sink` tokens attended besides the chosen chunks
+    share: Literal["head", "group"] = "head"  # chunk selection: chosen per query head, or per kv group
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,13 @@ def sliding_window(key: KernelKey) -> int | None:
     """The sliding window's size when the visibility is `window(w)` (its sink tokens are
     `key.sink`), else None: chunk-local visibility also keeps a size in `key.window`."""
     return key.window if key.visibility == "window" else None
+
+
+def selection_group(key: KernelKey) -> int:
+    """How many query heads choose their chunks together: H / K under `share = group` (the heads
+    of one key/value head), else 1 (each head alone)."""
+    sel = selection(key)
+    return key.heads // key.kv_groups if sel.share == "group" else 1
 
 
 def shared_kv_group(key: KernelKey) -> int:
@@ -229,12 +237,12 @@ def _select_key(select: nodes.Select) -> SelectKey | None:
 def _top_key(top: nodes.Top) -> SelectKey:
     over = top.over
     match over:
-        case nodes.Element():  # the score, local, sink: chunks only
+        case nodes.Element():  # the score, local, sink, share: chunks only
             return SelectKey(k=top.k, over="element", chunk=None, score="max", local=False, grad=top.grad,
                              value_grad=top.value_grad)
         case nodes.Chunk():
             return SelectKey(k=top.k, over="chunk", chunk=over.size, score=top.score, local=top.local,
-                             grad=top.grad, value_grad=top.value_grad, sink=top.sink)
+                             grad=top.grad, value_grad=top.value_grad, sink=top.sink, share=top.share)
         case _:
             assert_never(over)
 

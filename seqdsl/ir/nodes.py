@@ -260,6 +260,11 @@ class Top(Primitive):
       sinks, under block selection). The selection is unchanged: the chunk holding the sinks
       stays a candidate, and a key both sunk and selected is attended once. Element selection
       writes its sinks in the window: `window(w, sink=n)`.
+    - `share` (chunks only): `head` = each query head chooses its own chunks; `group` = the query
+      heads that share one key/value head (`kv_groups`) choose together, as NSA's selected branch
+      does (Yuan et al. 2025, eq. 10): each head's chunk scores become a softmax over its
+      candidates (at the temperature), the group sums them, and every head of the group attends
+      the group's k best chunks (its own scores still weigh the keys inside them).
     """
 
     POSITIONAL: ClassVar[tuple[str, ...]] = ("k",)
@@ -271,6 +276,7 @@ class Top(Primitive):
     grad: Literal["ste", "none"] = "ste"
     value_grad: Literal["hard", "soft"] = "hard"
     sink: int = Field(0, ge=0, le=MAX_SIZE)
+    share: Literal["head", "group"] = "head"
 
 
 Select = Annotated[Union[NoSelect, Top], Field(discriminator="kind")]

@@ -232,6 +232,10 @@ def triton(key: KernelKey) -> Support:
         return _no("triton", f"{sel.sink} sink tokens under chunk selection: the generated kernels hold the "
                              f"sinks in one tile of at most {TRITON_MAX_SINK} keys", ("select", "sink"),
                    f"`sink` of at most {TRITON_MAX_SINK}")
+    if sel.share == "group":
+        return _no("triton", "chunks chosen per key/value group (`share = group`) are not generated: the "
+                             "select kernel ranks per query head (reference only)", ("select", "share"),
+                   "`share = head`")
     if sel.over == "chunk":
         if chunk_tiling(sel):
             return _no("triton", chunk_tiling(sel), ("select", "over", "size"),

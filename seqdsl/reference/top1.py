@@ -39,6 +39,11 @@ tokens are the selection's own, `top(..., sink=n)`)
         by tau once: softmax_c(lse_c / tau) is then the chunk's share of the full softmax mass.
         The ranking, hence the selection, is the same as with logsumexp(s / tau).
     (3) Select the k_top best candidates (ties: lowest chunk index; all if fewer).
+        share="group" (`group` = g query heads per key/value head, heads h = g * j + r sharing
+        head j): the heads of a group rank the candidates together by
+            r_ic = sum over the group's heads h of softmax over the candidates c' of score_hic' / tau
+        (NSA's shared selection: each head's chunk probabilities, summed), and each head of the
+        group attends the group's choice; steps (4), (5) and the gate use the head's own scores.
     (4) Attended keys A_i = visible keys of the selected chunks, plus (local=True) the causal part
         of the own chunk, plus (sink = n) the first n tokens, j < n and j <= i: a set, so a key
         both sunk and selected is attended once. A query of chunk 0 with local=True has no
@@ -62,7 +67,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from seqdsl.ir.key import KernelKey, chunk_size, sliding_window
+from seqdsl.ir.key import KernelKey, chunk_size, selection_group, sliding_window
 from seqdsl.reference.attention import _check_qkv, attention_scores, visibility_mask
 
 _NEG_INF = float("-inf")
@@ -186,10 +191,11 @@ def topk_chunk_ref(
     grad: Literal["ste", "none"] = "ste",
     shared_key: bool = False,
     sink: int = 0,
+    group: int = 1,
 ) -> Tensor:
     """(B, T, H, Dv) Top-k chunk selection; semantics and gradients in the module docstring.
     `shared_key`: every key is k[:, 0] (`attention_scores`); `sink`: the first `sink` tokens
-    attended besides the chunks, step (4)."""
+    attended besides the chunks, step (4); `group`: query heads choosing together, step (3)."""
     _check_qkv(q, k, v)
     if chunk <= 0:
         raise ValueError(f"chunk must be positive, got {chunk}")
@@ -199,6 +205,8 @@ def topk_chunk_ref(
         raise ValueError(f"temperature must be positive, got {temperature}")
     if grad not in ("ste", "none"):
         raise ValueError(f"unknown grad {grad!r}")
+    if group <= 0 or q.shape[2] % group:
+        raise ValueError(f"group must divide the {q.shape[2]} heads, got {group}")
     T = q.shape[1]
     n_chunks = math.ceil(T / chunk)
     s = attention_scores(q, k, scale=scale, shared_key=shared_key)
@@ -213,7 +221,7 @@ def topk_chunk_ref(
         candidate = chunk_ids[None, :] <= pos_chunk[:, None]
     # (2) chunk scores and (3) the selection (no gradient).
     cs = chunk_scores(s, visible, chunk=chunk, score=score, temperature=temperature)
-    chosen = _topk_mask(cs, candidate, k_top)  # (B, H, T, C)
+    chosen = _topk_mask(_group_ranks(cs, candidate, group, temperature), candidate, k_top)  # (B, H, T, C)
 
     # (4) attended keys: spread each query's chosen chunks onto their keys, keep visible ones.
     attend = chosen[..., pos_chunk] & visible
@@ -233,6 +241,17 @@ def topk_chunk_ref(
     return o * factor.permute(0, 2, 1)[..., None]
 
 
+def _group_ranks(cs: Tensor, candidate: Tensor, group: int, temperature: float) -> Tensor:
+    """(B, H, T, C) what step (3) ranks: the chunk scores themselves (group 1), or for heads
+    choosing in groups of `group` the group's summed softmax over the candidates, the same for
+    every head of the group (ties then break alike: one choice per group)."""
+    if group == 1:
+        return cs
+    B, H, T, C = cs.shape
+    p = _masked_softmax(cs / temperature, candidate).view(B, H // group, group, T, C).sum(dim=2)
+    return p.repeat_interleave(group, dim=1).masked_fill(~candidate, _NEG_INF)
+
+
 def selection_ref(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, alibi_slopes: Tensor | None = None) -> Tensor:
     """The selection mixer of `key` (`key.select` set): element or chunk top-k with the key's
     scale, temperature, gradient modes and, for element selection, its window and sink tokens.
@@ -246,4 +265,5 @@ def selection_ref(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, alibi_slop
                                 value_grad=sel.value_grad, window=sliding_window(key), sink=key.sink,
                                 alibi_slopes=alibi_slopes, shared_key=shared_key)
     return topk_chunk_ref(q, k, v, chunk=chunk_size(sel), scale=key.scale, k_top=sel.k, temperature=key.temperature,
-                          score=sel.score, local=sel.local, grad=sel.grad, shared_key=shared_key, sink=sel.sink)
+                          score=sel.score, local=sel.local, grad=sel.grad, shared_key=shared_key, sink=sel.sink,
+                          group=selection_group(key))

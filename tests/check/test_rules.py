@@ -187,6 +187,14 @@ def test_inert_parameters():
     sunk = check("    select = top(1, sink=4)")  # element selection writes its sinks in the window
     assert [d.code for d in sunk.diagnostics].count("W005") == 1
     assert "W005" not in codes(check("    select = top(1, over=chunk(64), sink=4)"))
+    # share = group: chunks only, and only where heads share a key/value head
+    assert [d.code for d in check("    kv_groups = 1\n    select = top(2, share=group)").diagnostics].count("W005") == 1
+    alone = check("    select = top(2, over=chunk(64), share=group)")
+    assert "each group is one head" in only(alone, "W005").message
+    grouped = check("    kv_groups = 2\n    select = top(2, over=chunk(64), share=group)")
+    assert "W005" not in codes(grouped)
+    # the generated kernels rank per head: the reference runs it, and the checker says why
+    assert "chunks chosen per key/value group" in only(grouped, "W003").message
 
 
 def test_chunk_selection_sinks_count_among_the_forward_keys():

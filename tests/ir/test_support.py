@@ -80,6 +80,10 @@ def test_triton_table_names_what_rules_a_top1_mixer_out():
     assert support.triton(kernel_key(top(over=nodes.Chunk(size=128), sink=4), 64)).op == "triton.topk_chunk"
     sunk = support.triton(kernel_key(top(k=3, over=nodes.Chunk(size=128), score="mean", sink=200), 64))
     assert not sunk.ok and "sink tokens under chunk selection" in sunk.reason and sunk.slot == ("select", "sink")
+    # chunks chosen per key/value group: the reference, with the reason and the slot
+    shared = support.triton(kernel_key(nodes.Mixer(name="m", kv_groups=1, select=nodes.Top(
+        k=3, over=nodes.Chunk(size=64), grad="none", share="group")), 64))
+    assert not shared.ok and "share = group" in shared.reason and shared.slot == ("select", "share")
 
 
 def _own_mixers(path):

@@ -291,6 +291,9 @@ CASES: dict[str, tuple[Case, ...]] = {
     # without the own chunk; chunk selection only (on element selection they are inert: W005)
     "select=top.sink": cases([CHUNK], [3, 20])
     + cases(on(CHUNK, select=nodes.Top(over=nodes.Chunk(size=16), local=False)), [3]),
+    # chunks chosen by the heads of a key/value head together (reference only; NSA's selection)
+    "select=top.share": cases([mixer(heads=4, kv_groups=1, select=nodes.Top(k=2, over=nodes.Chunk(size=8)))],
+                              ["group"]),
     # the recurrent family's slots, and their score-bias meaning under softmax
     "decay": cases([SOFTMAX, LINEAR], [nodes.ConstantDecay(), SCALAR]),
     "decay=constant.gamma": cases(on(SOFTMAX, LINEAR, decay=nodes.ConstantDecay()), [0.5]),
@@ -586,6 +589,8 @@ mixer top2_chunk_lse { heads = 2  head_dim = 16  relation = const_keys
     select = top(2, over = chunk(16), score = lse) }
 mixer top2_chunk_sink { heads = 2  head_dim = 16  position = rope(base = 100.0)  relation = dot(qk_norm = true)
     weights = softmax(temperature = 0.5)  select = top(2, over = chunk(8), local = false, sink = 10) }
+mixer top2_chunk_shared { heads = 4  head_dim = 16  kv_groups = 2
+    select = top(2, over = chunk(8), score = lse, grad = none, share = group) }
 mixer rwkv6_like { heads = 2  head_dim = 16  key_dim = 32  qk_groups = 1  relation = dot(scale = 0.5, feature = relu)
     weights = linear  decay = data_dependent(vector)  update = additive(bonus = true)  conv = token_shift
     norm = groupnorm  gate = sigmoid }

@@ -152,19 +152,23 @@ def test_k_top_covering_every_key_is_softmax_attention():
 # --- chunk selection ------------------------------------------------------------------------------
 
 
-def naive_topk_chunk(q, k, v, *, chunk, scale, k_top, temperature=1.0, score="max", local=True):
+def naive_topk_chunk(q, k, v, *, chunk, scale, k_top, temperature=1.0, score="max", local=True, group=1):
     """Per query: score candidate chunks, pick the best k_top, softmax over the gathered keys.
-    Returns (output, G, attended): G the differentiable STE gate (the softmax mass of the selected
-    candidates), attended the (B, H, T, T) bool mask of the keys each query mixed."""
+    `group` > 1: the heads h // group == j pick together, ranking by the sum of their softmaxes
+    over the candidates (NSA's shared selection). Returns (output, G, attended): G the
+    differentiable STE gate (the head's softmax mass of the selected candidates), attended the
+    (B, H, T, T) bool mask of the keys each query mixed."""
     B, T, H, _ = q.shape
-    outs, gates = [], []
+    out = [[[None] * H for _ in range(T)] for _ in range(B)]
+    gate = [[[None] * H for _ in range(T)] for _ in range(B)]
     attended = torch.zeros(B, H, T, T, dtype=torch.bool)
     for b in range(B):
         for i in range(T):
+            ci = i // chunk
+            cands = list(range(ci if local else ci + 1))
+            rows, scores = [], []
             for h in range(H):
-                ci = i // chunk
                 row = k[b, : i + 1, h] @ q[b, i, h] * scale  # scores of the visible keys
-                cands = list(range(ci if local else ci + 1))
                 chunk_score = []
                 for c in cands:
                     keys = list(range(c * chunk, min((c + 1) * chunk, i + 1)))
@@ -174,19 +178,26 @@ def naive_topk_chunk(q, k, v, *, chunk, scale, k_top, temperature=1.0, score="ma
                         chunk_score.append(q[b, i, h] @ k[b, keys, h].mean(0) * scale)
                     else:
                         chunk_score.append(temperature * torch.logsumexp(row[keys] / temperature, 0))
-                order = sorted(cands, key=lambda c: (-chunk_score[c].item(), c))
-                picked = order[:k_top]
+                rows.append(row)
+                scores.append(chunk_score)
+            for h in range(H):
+                if group == 1:
+                    rank = [x.item() for x in scores[h]]
+                else:  # the group's heads: each one's softmax over the candidates, summed
+                    mates = range(h // group * group, (h // group + 1) * group)
+                    rank = [sum(torch.softmax(torch.stack(scores[m]) / temperature, 0)[n].item() for m in mates)
+                            for n in range(len(cands))]
+                picked = sorted(cands, key=lambda c: (-rank[c], c))[:k_top]
                 keys = [j for j in range(i + 1)
                         if j // chunk in picked or (local and j // chunk == ci)]
                 attended[b, h, i, keys] = True
-                outs.append(torch.softmax(row[keys] / temperature, 0) @ v[b, keys, h])
+                out[b][i][h] = torch.softmax(rows[h][keys] / temperature, 0) @ v[b, keys, h]
                 if cands:
-                    p = torch.softmax(torch.stack(chunk_score) / temperature, 0)
-                    gates.append(p[picked].sum())
+                    gate[b][i][h] = torch.softmax(torch.stack(scores[h]) / temperature, 0)[picked].sum()
                 else:
-                    gates.append(torch.zeros((), dtype=q.dtype))
-    out = torch.stack(outs).view(B, T, H, -1)
-    return out, torch.stack(gates).view(B, T, H, 1), attended
+                    gate[b][i][h] = torch.zeros((), dtype=q.dtype)
+    stack = lambda x: torch.stack([torch.stack([torch.stack(row) for row in per_b]) for per_b in x])
+    return stack(out), stack(gate)[..., None], attended
 
 
 @pytest.mark.parametrize(
@@ -202,6 +213,40 @@ def test_chunk_forward_matches_naive_loop(chunk, T, k_top, local, score):
         ours = topk_chunk_ref(q, k, v, **kw)
         theirs, _, _ = naive_topk_chunk(q, k, v, **kw)
     torch.testing.assert_close(ours, theirs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("group", [2, 4])
+@pytest.mark.parametrize("local", [True, False])
+@pytest.mark.parametrize("score", ["max", "mean", "lse"])
+def test_chunks_chosen_per_group_match_the_naive_loop(group, local, score):
+    """`share = group`: forward and (STE) gradients against the loop's own shared ranking."""
+    q, k, v = make_qkv(B=1, T=29, H=4, seed=group + local, grad=True)
+    kw = dict(chunk=4, scale=0.5, k_top=2, temperature=0.7, score=score, local=local)
+    ours = topk_chunk_ref(q, k, v, group=group, **kw)
+    o_naive, gate, attended = naive_topk_chunk(q, k, v, group=group, **kw)
+    torch.testing.assert_close(ours, o_naive, rtol=1e-10, atol=1e-12)
+    dout = torch.randn_like(ours)
+    rowdot = (o_naive * dout).sum(-1, keepdim=True).detach()
+    surrogate = (o_naive * dout).sum() + (rowdot * gate).sum()
+    for a, b in zip(torch.autograd.grad(ours, (q, k, v), dout), torch.autograd.grad(surrogate, (q, k, v))):
+        torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-11)
+    # the heads of a group attend the same earlier chunks; somewhere a group differs from its
+    # heads' own choices (else the test would not tell sharing from choosing alone)
+    earlier = torch.arange(29)[None, :] // 4 < torch.arange(29)[:, None] // 4
+    chosen = attended & earlier
+    for j in range(4 // group):
+        heads = chosen[:, j * group:(j + 1) * group]
+        assert torch.equal(heads, heads[:, :1].expand_as(heads))
+    _, _, alone = naive_topk_chunk(q.detach(), k.detach(), v.detach(), **kw)
+    assert not torch.equal(alone & earlier, chosen)
+
+
+def test_a_group_of_one_head_chooses_alone():
+    q, k, v = make_qkv(B=1, T=21, H=3, seed=5)
+    kw = dict(chunk=4, scale=0.5, k_top=2, temperature=0.7, score="lse")
+    torch.testing.assert_close(topk_chunk_ref(q, k, v, group=1, **kw), topk_chunk_ref(q, k, v, **kw), rtol=0, atol=0)
+    with pytest.raises(ValueError, match="group must divide the 3 heads"):
+        topk_chunk_ref(q, k, v, group=2, **kw)
 
 
 def test_exact_and_approx_pick_different_chunks_on_crafted_keys():

@@ -18,7 +18,7 @@ NONE = tl.constexpr(-9223372036854775807)  # below every key's rank: an empty sl
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC: tl.constexpr):
+def top64_element_984cd1d58b60_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC: tl.constexpr):
     """Ranks (BLOCK_M, KSLOTS) int64 of the keys n0 .. n0 + KSLOTS - 1 for the queries at `pos`: the
     score's bits made order-preserving, then the index reversed (larger: a higher score, on a tie
     the lower index; every rank distinct); NONE where the key is not visible."""
@@ -33,7 +33,7 @@ def top64_element_b2f17c7c07f0_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, 
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_merge(best, rank, BLOCK_M: tl.constexpr):
+def top64_element_984cd1d58b60_merge(best, rank, BLOCK_M: tl.constexpr):
     """The KSLOTS largest of the running list and a tile of ranks (both (BLOCK_M, KSLOTS)), in
     descending order: the two sorted together, the first half kept."""
     both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * KSLOTS]), dim=1, descending=True)
@@ -41,25 +41,25 @@ def top64_element_b2f17c7c07f0_merge(best, rank, BLOCK_M: tl.constexpr):
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_bound(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
+def top64_element_984cd1d58b60_bound(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
         PREC: tl.constexpr, GROUPS: tl.constexpr):
     """`best` merged with the maxima of the key groups of tiles lo .. hi (lo a multiple of KSLOTS):
     key n is in group n mod KSLOTS of its span of KSLOTS * GROUPS keys."""
     for n0 in range(lo, hi, KSLOTS * GROUPS):
         group_max = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
         for n1 in range(n0, tl.minimum(n0 + KSLOTS * GROUPS, hi), KSLOTS):
-            group_max = tl.maximum(group_max, top64_element_b2f17c7c07f0_ranks(q, K, b, hk, skb, skt, skh, n1, pos, live, T_K, PREC))
-        best = top64_element_b2f17c7c07f0_merge(best, group_max, BLOCK_M)
+            group_max = tl.maximum(group_max, top64_element_984cd1d58b60_ranks(q, K, b, hk, skb, skt, skh, n1, pos, live, T_K, PREC))
+        best = top64_element_984cd1d58b60_merge(best, group_max, BLOCK_M)
     return best
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, PREC: tl.constexpr,
+def top64_element_984cd1d58b60_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, PREC: tl.constexpr,
         CAP: tl.constexpr):
     """The keys of tiles lo .. hi ranked >= tau appended to each row's scratch `scr` (the first CAP
     of them; `count`, returned, counts them all)."""
     for n0 in range(lo, hi, KSLOTS):
-        rank = top64_element_b2f17c7c07f0_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC)
+        rank = top64_element_984cd1d58b60_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC)
         hit = (rank != NONE) & (rank >= tau[:, None])
         at = count[:, None] + tl.cumsum(hit.to(tl.int32), 1) - 1
         tl.store(scr + at, rank, mask=hit & (at < CAP))
@@ -68,16 +68,16 @@ def top64_element_b2f17c7c07f0_collect(count, tau, scr, q, K, b, hk, skb, skt, s
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_merge_tiles(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
+def top64_element_984cd1d58b60_merge_tiles(best, q, K, b, hk, skb, skt, skh, lo, hi, pos, live, T_K, BLOCK_M: tl.constexpr,
         PREC: tl.constexpr):
     """`best` merged with every key of tiles lo .. hi, one sorted tile at a time."""
     for n0 in range(lo, hi, KSLOTS):
-        best = top64_element_b2f17c7c07f0_merge(best, top64_element_b2f17c7c07f0_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC), BLOCK_M)
+        best = top64_element_984cd1d58b60_merge(best, top64_element_984cd1d58b60_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, T_K, PREC), BLOCK_M)
     return best
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, skh, T_Q, T_K, Q_OFF, H, ROW0, R_SCR,
+def top64_element_984cd1d58b60_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, skh, T_Q, T_K, Q_OFF, H, ROW0, R_SCR,
         BLOCK_M: tl.constexpr, PREC: tl.constexpr, GROUPS: tl.constexpr, CAP: tl.constexpr):
     """One program: BLOCK_M queries (from row ROW0 on) of one (batch, head); their TOPK best visible
     keys into IDX. SCR (B*H, R_SCR, CAP) int64 holds each row's candidates."""
@@ -104,16 +104,16 @@ def top64_element_b2f17c7c07f0_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, s
     # 1. a bound: tau, the TOPK-th best group maximum, has TOPK groups at or above it, so at least
     #    TOPK keys: the TOPK best keys are all >= tau, and every key >= tau lies in those TOPK groups
     best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-    best = top64_element_b2f17c7c07f0_bound(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC, GROUPS)
-    best = top64_element_b2f17c7c07f0_bound(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC, GROUPS)
+    best = top64_element_984cd1d58b60_bound(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC, GROUPS)
+    best = top64_element_984cd1d58b60_bound(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC, GROUPS)
     tau = tl.max(tl.where(slots[None, :] == TOPK - 1, best, NONE), 1)  # NONE: fewer than TOPK keys visible
     # 2. the keys ranked >= tau, compacted into the row's scratch in key order (usually a few more
     #    than TOPK; the count is exact even past CAP)
     caps = tl.arange(0, CAP)
     scr = SCR + (bh * R_SCR + local[:, None]) * CAP
     count = tl.zeros([BLOCK_M], tl.int32)
-    count = top64_element_b2f17c7c07f0_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, PREC, CAP)
-    count = top64_element_b2f17c7c07f0_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, PREC, CAP)
+    count = top64_element_984cd1d58b60_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, PREC, CAP)
+    count = top64_element_984cd1d58b60_collect(count, tau, scr, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, PREC, CAP)
     if tl.max(count) <= CAP:
         # 3. the candidates sorted once: the TOPK best (slots past a row's count read as NONE)
         tl.debug_barrier()  # the block's stores above, by other threads, are read below
@@ -124,14 +124,14 @@ def top64_element_b2f17c7c07f0_select(Q, K, IDX, SCR, sqb, sqt, sqh, skb, skt, s
         # a row with more candidates than CAP (scores that crowd a few groups): every visible key
         # merged into the running list, one sorted tile at a time
         best = tl.full([BLOCK_M, KSLOTS], NONE, tl.int64)
-        best = top64_element_b2f17c7c07f0_merge_tiles(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC)
-        best = top64_element_b2f17c7c07f0_merge_tiles(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC)
+        best = top64_element_984cd1d58b60_merge_tiles(best, q, K, b, hk, skb, skt, skh, 0, sink_end, pos, live, T_K, BLOCK_M, PREC)
+        best = top64_element_984cd1d58b60_merge_tiles(best, q, K, b, hk, skb, skt, skh, start, last, pos, live, T_K, BLOCK_M, PREC)
     idx = tl.where(best != NONE, 0x7FFFFFFF - (best & 0xFFFFFFFF), -1).to(tl.int32)
     tl.store(IDX + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], idx, mask=live[:, None] & (slots[None, :] < TOPK))
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, T_Q, H,
+def top64_element_984cd1d58b60_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, T_Q, H,
         BLOCK_M: tl.constexpr):
     """One block's queries (float32), chosen keys' ids and validity, and the chosen keys and values
     (BLOCK_M, KSLOTS, D*) float32, gathered."""
@@ -154,7 +154,7 @@ def top64_element_b2f17c7c07f0_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sq
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_softmax(q, kg, valid):
+def top64_element_984cd1d58b60_softmax(q, kg, valid):
     """The chosen keys' softmax weights (BLOCK_M, KSLOTS), float32; an empty slot's is 0."""
     z2 = tl.where(valid, tl.sum(q[:, None, :] * kg, 2) * FACTOR, float("-inf"))
     m = tl.max(z2, 1)
@@ -164,15 +164,15 @@ def top64_element_b2f17c7c07f0_softmax(q, kg, valid):
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_attn_fwd(Q, K, V, IDX, O, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh, T_Q, H,
+def top64_element_984cd1d58b60_attn_fwd(Q, K, V, IDX, O, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh, T_Q, H,
         BLOCK_M: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head): o = softmax over the chosen keys."""
     bh = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
-    q, idx, valid, safe, kg, vg = top64_element_b2f17c7c07f0_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh,
+    q, idx, valid, safe, kg, vg = top64_element_984cd1d58b60_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh,
                                                     svb, svt, svh, T_Q, H, BLOCK_M)
-    p = top64_element_b2f17c7c07f0_softmax(q, kg, valid)
+    p = top64_element_984cd1d58b60_softmax(q, kg, valid)
     o = tl.sum(p[:, :, None] * vg, 1)
     b = bh // H
     h = bh % H
@@ -181,7 +181,7 @@ def top64_element_b2f17c7c07f0_attn_fwd(Q, K, V, IDX, O, sqb, sqt, sqh, skb, skt
 
 
 @triton.jit
-def top64_element_b2f17c7c07f0_attn_bwd(Q, K, V, IDX, DO, DQ, DK32, DV32, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
+def top64_element_984cd1d58b60_attn_bwd(Q, K, V, IDX, DO, DQ, DK32, DV32, sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
         sdb, sdt, sdh, s2b, s2t, s2h, s3b, s3t, s3h, T_Q, H, BLOCK_M: tl.constexpr, QK_GRAD: tl.constexpr):
     """One program: BLOCK_M queries of one (batch, head): their pairs' dv terms added atomically
     into DV32 (float32) and, with QK_GRAD, their dq (float32, q's strides) and their pairs' dk
@@ -190,9 +190,9 @@ def top64_element_b2f17c7c07f0_attn_bwd(Q, K, V, IDX, DO, DQ, DK32, DV32, sqb, s
     bh = tl.program_id(0)
     rows = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     live = rows < T_Q
-    q, idx, valid, safe, kg, vg = top64_element_b2f17c7c07f0_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh,
+    q, idx, valid, safe, kg, vg = top64_element_984cd1d58b60_gather(Q, K, V, IDX, bh, rows, live, sqb, sqt, sqh, skb, skt, skh,
                                                     svb, svt, svh, T_Q, H, BLOCK_M)
-    p = top64_element_b2f17c7c07f0_softmax(q, kg, valid)
+    p = top64_element_984cd1d58b60_softmax(q, kg, valid)
     b = bh // H
     h = bh % H
     hk = h // GROUP
