@@ -18,6 +18,9 @@ Cases (the semantics of seqdsl/reference/top1.py: `topk_chunk_ref`, score = mean
                   keys' scores / tau (specs/topk_chunk_lse.seq's selection, without the gradient)
     nsa_k16_c64   NSA    top(16, over=chunk(64), score=mean)   (local = true, the language's default, kept:
                          NSA's selected branch always attends its local blocks besides the selected)
+    nsa_shared_k16_c64   the same with the chunks chosen per key/value group (share = group, NSA's
+                         own rule: specs/nsa_selected.seq), as fla's parallel_nsa attends them (no Flex
+                         column: its block mask is built per query head here)
 A query of chunk c_i picks the k best *earlier, complete* chunks by q . mean(keys of the chunk)
 and attends their keys plus (local) the causal part of its own chunk; fewer than k earlier
 chunks: all of them. (local = false is implemented and checked too: the own chunk is then a
@@ -108,6 +111,7 @@ class Case:
     grad: str = "none"  # "ste": element selection trained through the surrogate (a dense pass)
     score: str = "mean"  # chunk score: "mean" (MoBA, NSA) or "lse" (every key of a chunk scored)
     sink: int = 0  # sink tokens attended besides the chunks (top(..., sink=n))
+    share: str = "head"  # "group": the query heads of a key/value head choose together (NSA)
 
 
 CASES = {c.name: c for c in (
@@ -125,6 +129,8 @@ CASES = {c.name: c for c in (
          "top(4, over=chunk(64), score=lse, grad=none)", score="lse"),
     Case("nsa_k16_c64", "NSA selected branch, k = 16 of 64-token chunks", 16, 64, True, True,
          "top(16, over=chunk(64), score=mean)"),
+    Case("nsa_shared_k16_c64", "NSA selected branch, k = 16 of 64-token chunks chosen per key/value group",
+         16, 64, True, True, "top(16, over=chunk(64), score=mean, grad=none, share=group)", share="group"),
     Case("element_k16", "top-k element, k = 16 keys", 16, 1, True, False, "top(16, grad=none)", element=True),
     Case("element_k64", "top-k element, k = 64 keys (DeepSeek sparse attention's shape, small k)", 64, 1, True,
          False, "top(64, grad=none)", element=True),
@@ -466,7 +472,7 @@ def generated_key(case: Case, dim: int, HQ: int, HKV: int):
         key = variant("top1_element", dk=dim, dv=dim, k=case.k, grad=case.grad)
         return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
     key = variant("top1_chunk_approx", dk=dim, dv=dim, k=case.k, chunk=case.chunk, local=case.local, grad="none",
-                  score=case.score, sink=case.sink)
+                  score=case.score, sink=case.sink, share=case.share)
     return dataclasses.replace(key, heads=HQ, kv_groups=HKV)
 
 
@@ -507,6 +513,8 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
     if column == "flex":
         if case.element:
             raise Skip("top-k keys per query: no block structure for a BlockMask (every tile partial)")
+        if case.share == "group":
+            raise Skip("chunks chosen per key/value group: the Flex column's block mask is built per query head")
         if T > args.flex_max_t:
             raise Skip(f"T > --flex-max-t {args.flex_max_t}")
         try:
@@ -548,7 +556,8 @@ def column_runners(column: str, case: Case, q, k, v, scale: float, args, device)
 
         def ref(q, k, v):
             return topk_chunk_ref(q, expand(k), expand(v), chunk=case.chunk, scale=scale, k_top=case.k,
-                                  score=case.score, local=case.local, grad="ste", sink=case.sink)
+                                  score=case.score, local=case.local, grad="ste", sink=case.sink,
+                                  group=HQ // HKV if case.share == "group" else 1)
         return ref, {}
     if column == "generated":
         try:
@@ -743,10 +752,10 @@ def run_check(cases, device, args) -> list[dict]:
             want = topk_element_ref(leaves[0], *kv, scale=scale, k_top=case.k, grad=case.grad)
         else:
             want = topk_chunk_ref(leaves[0], *kv, chunk=case.chunk, scale=scale, k_top=case.k, score=case.score,
-                                  local=case.local, grad="none", sink=case.sink)
+                                  local=case.local, grad="none", sink=case.sink, group=G if case.share == "group" else 1)
         want_grads = torch.autograd.grad(want, leaves, do) if cuda else None
         qd, kd, vd, dod = (t.to(device=device, dtype=dtype) for t in (q, k, v, do))
-        for encoding in () if case.element else encodings:  # element: no block mask to check
+        for encoding in () if case.element or case.share == "group" else encodings:  # no block mask to check
             t0 = time.perf_counter()
             row = dict(check="flex", case=case.name, local=case.local, encoding=encoding, T=T, HQ=HQ, HKV=HKV,
                        dim=dim, dtype=str(dtype).replace("torch.", ""), tol=tol)
@@ -775,7 +784,7 @@ def run_check(cases, device, args) -> list[dict]:
         if cuda:  # the generated kernels compiled for this GPU (the interpreter's are tests/kernels')
             rows.append(_check_generated(case, (qd, kd, vd, dod), want, want_grads, tol))
             print("check " + json.dumps(rows[-1]), flush=True)
-        if case.gqa:
+        if case.gqa and case.share == "head":  # fla's own selection: checked once, whatever the case's
             rows.append(_check_fla(case, device))
             print("check " + json.dumps(rows[-1]), flush=True)
     return rows

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey, runs_topk_kernels, shared_kv_group, sliding_window
+from seqdsl.ir.key import KernelKey, runs_topk_kernels, selection_group, shared_kv_group, sliding_window
 
 
 class Unsupported(SeqError):
@@ -88,7 +88,7 @@ def plan(key: KernelKey) -> KernelPlan:
         # selection (support.triton refuses windows there)
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
                      kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste", sink=sel.sink,
-                     sink_block=support.sink_tile(sel))
+                     sink_block=support.sink_tile(sel), share=selection_group(key))
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))
     holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
                  inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))

@@ -37,7 +37,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdsl.ir.key import KernelKey, chunk_size, selection
+from seqdsl.ir.key import KernelKey, chunk_size, selection, selection_group
 from seqdsl.ir.support import attention_key, chunk_split, sink_tile
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
@@ -95,11 +95,21 @@ def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, w
     B, Tq, H, _ = q.shape
     K = selection(key).k
     bm = block_m(key, cfg)
+    share = selection_group(key)
     sel = torch.empty(B * H, Tq, K, dtype=torch.int32, device=q.device)
-    lsec, gate = (torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device) for _ in range(2))
+    # heads choosing together: `select` gives each head's log-sum-exp over its candidates (its
+    # own choice is not used), then `select_shared` ranks by the group's summed probabilities
+    stats = with_stats or share > 1
+    lsec = torch.empty(B * H, Tq if stats else 0, dtype=torch.float32, device=q.device)
+    gate = torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device)
     getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(Tq, bm))](
-        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=with_stats,
+        q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=stats,
         BLOCK_M=bm, BLOCK_C=_block_c(), **common)
+    if share > 1:
+        getattr(mod, f"{key.slug()}_select_shared")[(B * H // share, triton_cdiv(Tq, bm))](
+            q, k, kbar, lsec, sel, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, BLOCK_M=bm,
+            BLOCK_C=_block_c(), **common)
+        lsec = torch.empty(B * H, 0, dtype=torch.float32, device=q.device)  # kept for the STE only (none here)
     return sel, lsec, gate
 
 

@@ -169,8 +169,10 @@ def chunk_size(select: SelectKey) -> int:
 
 def runs_topk_kernels(select: SelectKey) -> bool:
     """Whether the generated top-k kernels run `select` rather than the Top-1 ones: k > 1, or what
-    only the top-k chunk kernels compute, for k = 1 too: lse chunk scores, sink tokens."""
-    return select.k > 1 or (select.over == "chunk" and (select.score == "lse" or select.sink > 0))
+    only the top-k chunk kernels compute, for k = 1 too: lse chunk scores, sink tokens, chunks
+    chosen per key/value group."""
+    return select.k > 1 or (select.over == "chunk" and (select.score == "lse" or select.sink > 0
+                                                        or select.share == "group"))
 
 
 @functools.lru_cache(maxsize=None)

@@ -232,10 +232,11 @@ def triton(key: KernelKey) -> Support:
         return _no("triton", f"{sel.sink} sink tokens under chunk selection: the generated kernels hold the "
                              f"sinks in one tile of at most {TRITON_MAX_SINK} keys", ("select", "sink"),
                    f"`sink` of at most {TRITON_MAX_SINK}")
-    if sel.share == "group":
-        return _no("triton", "chunks chosen per key/value group (`share = group`) are not generated: the "
-                             "select kernel ranks per query head (reference only)", ("select", "share"),
-                   "`share = head`")
+    if sel.share == "group" and (sel.grad == "ste" or not sel.local):
+        why = "the STE gate" if sel.grad == "ste" else "the own chunk as a candidate (`local = false`)"
+        return _no("triton", f"chunks chosen per key/value group (`share = group`) with {why} are not generated "
+                             "(reference only; the kernels take NSA's form: the own chunk attended, `grad = none`)",
+                   ("select", "share"), "`grad = none` and `local = true`, or `share = head`")
     if sel.over == "chunk":
         if chunk_tiling(sel):
             return _no("triton", chunk_tiling(sel), ("select", "over", "size"),

@@ -42,8 +42,7 @@ EXPECTED: dict[str, tuple[str, set[str]]] = {
     "top1_chunk_approx": ("degraded", {"R003"}),
     "moba": ("degraded", {"R003", "R004"}),  # R004: an info, no gradient through the choice
     "moba_sink4": ("degraded", {"R003", "R004"}),
-    # W003: chunks chosen per key/value group run on the reference (the kernels rank per head)
-    "nsa_selected": ("degraded", {"R003", "R004", "W003"}),
+    "nsa_selected": ("degraded", {"R003", "R004"}),  # chunks chosen per key/value group (NSA)
     "rwkv7_top1_chunk_approx": ("degraded", {"R003", "M002"}),
     "temperature_2": ("degraded", {"N002"}),
     "temperature_4": ("degraded", {"N002"}),

@@ -80,10 +80,13 @@ def test_triton_table_names_what_rules_a_top1_mixer_out():
     assert support.triton(kernel_key(top(over=nodes.Chunk(size=128), sink=4), 64)).op == "triton.topk_chunk"
     sunk = support.triton(kernel_key(top(k=3, over=nodes.Chunk(size=128), score="mean", sink=200), 64))
     assert not sunk.ok and "sink tokens under chunk selection" in sunk.reason and sunk.slot == ("select", "sink")
-    # chunks chosen per key/value group: the reference, with the reason and the slot
-    shared = support.triton(kernel_key(nodes.Mixer(name="m", kv_groups=1, select=nodes.Top(
-        k=3, over=nodes.Chunk(size=64), grad="none", share="group")), 64))
-    assert not shared.ok and "share = group" in shared.reason and shared.slot == ("select", "share")
+    # chunks chosen per key/value group: on the top-k kernels in NSA's form (the own chunk, no
+    # gradient through the choice), k = 1 too; with the STE gate the reference, with the reason
+    shared = lambda **kw: support.triton(kernel_key(nodes.Mixer(name="m", kv_groups=1, select=nodes.Top(
+        over=nodes.Chunk(size=64), share="group", **kw)), 64))
+    assert shared(k=3, grad="none").op == shared(grad="none").op == "triton.topk_chunk"
+    gated = shared(k=3)
+    assert not gated.ok and "share = group" in gated.reason and gated.slot == ("select", "share")
 
 
 def _own_mixers(path):

@@ -26,7 +26,7 @@ from tests.kernels.keys import SPECS, spec_key, variant
 GOLDEN = Path(__file__).parent / "golden"
 GOLDEN_SPECS = ("top1_element", "top1_element_no_grad", "top1_chunk_exact", "top1_chunk_approx",
                 "top1_chunk_exact_no_local", "top1_chunk_exact_no_grad", "moba", "topk_element_64", "topk_chunk_lse",
-                "moba_sink4")
+                "moba_sink4", "nsa_selected")
 
 
 @pytest.mark.parametrize("spec", GOLDEN_SPECS)
@@ -56,6 +56,7 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
         expected |= {"gate_dq", "gate_dk"} if sel.grad == "ste" else set()
         expected |= {"chunk_lse"} if sel.score == "lse" else set()  # the chunk's score, a helper
         expected |= {"sink_bwd"} if sel.sink else set()
+        expected |= {"select_shared"} if sel.share == "group" else set()
     else:
         expected = {"select", "attn_fwd", "bwd_delta", "attn_bwd", "decode"}
         expected |= {"attn_local"} if sel.local else set()

@@ -26,9 +26,9 @@ from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_
 
 
 def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: int = 2, kv_groups: int = 2,
-             dk: int = 16, dv: int = 16, grad: str = "none", sink: int = 0):
+             dk: int = 16, dv: int = 16, grad: str = "none", sink: int = 0, share: str = "head"):
     base = "top1_chunk_exact" if score == "max" else "top1_chunk_approx"
-    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k, score=score, sink=sink)
+    key = variant(base, dk=dk, dv=dv, chunk=chunk, local=local, grad=grad, k=k, score=score, sink=sink, share=share)
     return dataclasses.replace(key, heads=heads, kv_groups=kv_groups)
 
 
@@ -114,6 +114,54 @@ def test_sink_tokens_change_what_the_kernels_attend():
     assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
 
 
+@FAST
+@given(kind=data_kinds, k=st.sampled_from([1, 2, 3, 5]), length=st.sampled_from(["short", "k+1", "odd", "many"]),
+       score=st.sampled_from(["max", "mean", "lse"]), groups=st.sampled_from([(2, 1), (4, 2), (4, 1), (3, 1)]),
+       sink=st.sampled_from([0, 5]))
+# ties on the grid (every head's scores tie alike), one key/value head for four query heads, k = 1
+# (the top-k kernels run it), sinks beside the shared choice
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=51), k=2, length="many", score="mean",
+         groups=(4, 1), sink=0)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=52), k=3, length="many", score="max",
+         groups=(4, 2), sink=5)
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=53), k=1, length="odd", score="lse",
+         groups=(3, 1), sink=0)
+def test_chunks_chosen_per_group_match_reference(kind, k, length, score, groups, sink):
+    """share = group (NSA's shared selection): the heads of a key/value head rank the candidates by
+    their summed softmaxes and attend the same chunks, against the float64 reference; outputs and
+    dq, dk, dv."""
+    T = {"short": 13, "k+1": 16 * (k + 1) + 1, "odd": 16 * (k + 2) - 5, "many": 16 * (k + 4) + 7}[length]
+    H, HK = groups
+    key = topk_key(score, k=k, heads=H, kv_groups=HK, sink=sink, share="group")
+    if kind["data"] == "grid":
+        key = dataclasses.replace(key, scale=0.25)  # a power of two keeps grid scores exact
+    assert support.triton(key).op == "triton.topk_chunk"
+    assert_matches(key, make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind))
+
+
+def test_chunks_chosen_per_group_change_what_the_kernels_attend():
+    """The test above is not vacuous: at its shapes the group's choice moves the reference's
+    output away from each head's own, and the kernels follow the group's."""
+    q, k, v, _ = make_inputs(1, 16 * 7 + 3, 4, 16, 16, kv_heads=1, data="float", magnitude=1.0, seed=54,
+                             duplicate=False)
+    shared, alone = (topk_key("mean", k=2, heads=4, kv_groups=1, share=share) for share in ("group", "head"))
+    want = top1.reference(shared, q.double(), k.double(), v.double())
+    assert ((top1.reference(alone, q.double(), k.double(), v.double()) - want).norm() / want.norm()).item() > 1e-2
+    got = top1.run(shared, q, k, v)
+    assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+
+
+def test_support_table_takes_nsa_form_of_shared_selection():
+    """share = group on the kernels: the own chunk attended and no gradient through the choice
+    (NSA's form); the STE gate or the own chunk as a candidate: the reference, with the reason."""
+    assert support.triton(topk_key("mean", k=3, heads=4, kv_groups=1, share="group")).op == "triton.topk_chunk"
+    assert support.triton(topk_key("max", k=1, heads=4, kv_groups=1, share="group")).op == "triton.topk_chunk"
+    ste = support.triton(topk_key("mean", k=3, heads=4, kv_groups=1, share="group", grad="ste"))
+    assert not ste.ok and "STE gate" in ste.reason and ste.slot == ("select", "share")
+    candidate = support.triton(topk_key("mean", k=3, heads=4, kv_groups=1, share="group", local=False))
+    assert not candidate.ok and "local = false" in candidate.reason
+
+
 def test_support_table_admits_chunk_sinks_in_one_tile():
     assert support.triton(topk_key("mean", k=3, sink=4)).op == "triton.topk_chunk"
     assert support.triton(topk_key("max", k=1, sink=128)).op == "triton.topk_chunk"  # k = 1: the top-k kernels
@@ -121,13 +169,16 @@ def test_support_table_admits_chunk_sinks_in_one_tile():
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("score,local,sink", [("max", True, 0), ("max", False, 0), ("mean", True, 0),
-                                              ("mean", False, 0), ("lse", True, 0), ("lse", False, 0),
-                                              ("mean", True, 20), ("max", False, 5)])
-def test_topk_decode_matches_last_row_of_the_full_forward(score, local, sink, device):
+@pytest.mark.parametrize("score,local,sink,share", [("max", True, 0, "head"), ("max", False, 0, "head"),
+                                                    ("mean", True, 0, "head"), ("mean", False, 0, "head"),
+                                                    ("lse", True, 0, "head"), ("lse", False, 0, "head"),
+                                                    ("mean", True, 20, "head"), ("max", False, 5, "head"),
+                                                    ("mean", True, 0, "group"), ("lse", True, 5, "group")])
+def test_topk_decode_matches_last_row_of_the_full_forward(score, local, sink, share, device):
     """One query at position L - 1 against the cache, four query heads on two key/value heads
-    (read in place; a cache repeated per query head gives the same answer); with sink tokens too."""
-    key = topk_key(score, k=3, local=local, heads=4, kv_groups=2, sink=sink)
+    (read in place; a cache repeated per query head gives the same answer); with sink tokens too,
+    and with the chunks chosen per key/value group."""
+    key = topk_key(score, k=3, local=local, heads=4, kv_groups=2, sink=sink, share=share)
     for L in (1, 16, 17, 75):
         q, k, v, _ = make_inputs(1, L, 4, 16, 16, kv_heads=2, data="grid", magnitude=1.0, seed=L, duplicate=True)
         key_l = dataclasses.replace(key, scale=0.25)
@@ -163,7 +214,8 @@ def test_support_table_admits_top_k_chunks_up_to_16():
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "none"}),
                                          ("top1_chunk_approx", {"chunk": 16, "k": 3, "grad": "ste", "local": False}),
                                          ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "ste"}),
-                                         ("top1_chunk_approx", {"chunk": 16, "k": 2, "grad": "none", "sink": 20})])
+                                         ("top1_chunk_approx", {"chunk": 16, "k": 2, "grad": "none", "sink": 20}),
+                                         ("top1_chunk_exact", {"chunk": 16, "k": 2, "grad": "none", "share": "group"})])
 def test_the_training_ops_pass_opcheck(spec, select):
     """torch.compile traces the custom ops with their fake implementations: the real outputs'
     shapes, dtypes and strides must be the fakes' (a strided dq from the top-k backward failed
@@ -275,6 +327,22 @@ def test_chunk_sinks_on_gpu_at_large_shapes(dtype, chunk, sink, grad):
                          dtype=dtype)
     errors = top1.compare(key, *[t.cuda() for t in inputs])
     print(f"top-3 of {chunk} sink {sink} {grad} D=64 {dtype}: " + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
+    assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("k,chunk,heads,kv_groups,score", [(16, 64, 16, 1, "mean"), (3, 128, 4, 2, "lse")])
+def test_chunks_chosen_per_group_on_gpu_at_large_shapes(dtype, k, chunk, heads, kv_groups, score):
+    """share = group at the GPU's tiles: NSA's selected branch (16 of 64-token chunks, 16 query
+    heads on one key/value head) and a MoBA-like grouping (3 of 128, four heads on two)."""
+    key = topk_key(score, k=k, chunk=chunk, heads=heads, kv_groups=kv_groups, dk=64, dv=64, share="group")
+    inputs = make_inputs(1, 2048 + 77, heads, 64, 64, kv_heads=kv_groups, data="float", magnitude=1.0, seed=0,
+                         duplicate=False, dtype=dtype)
+    errors = top1.compare(key, *[t.cuda() for t in inputs])
+    print(f"top-{k} of {chunk} shared by {heads // kv_groups} heads {score} D=64 {dtype}: "
+          + ", ".join(f"{n} {e:.1e}" for n, e in errors.items()))
     assert all(e <= top1.TOLERANCE[dtype] for e in errors.values()), errors
 
 

@@ -77,9 +77,9 @@ def top4_chunk_7a969fb19f95_select(Q, K, KBAR, SEL, LSEC, GATE,
     tl.store(SEL + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], top_c, mask=live[:, None] & (slots[None, :] < TOPK))
     if WITH_STATS:
         lsec = tl.where(z_run > 0, m_run + tl.log2(z_run), float("-inf"))
+        tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
         kept = (slots[None, :] < TOPK) & (top_c >= 0)
         gate = tl.sum(tl.where(kept, tl.exp2(top_s * FACTOR - lsec[:, None]), 0.0), 1)
-        tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
         tl.store(GATE + bh * T_Q + rows, gate, mask=live)
 
 
