@@ -135,7 +135,7 @@ def _call(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
         # disable_recompute: fla's backward otherwise recomputes the whole chunked forward (the
         # intra-chunk matrices, the WY form, every chunk's state), about a tenth of RWKV-7's
         # training step on an H100 (docs/training.md, "RWKV-7 without fla's recomputation"); kept
-        # instead, at about 1 GB a layer per 16 x 2048 tokens. Without gradients nothing is kept.
+        # instead, at about 0.8 GB a layer per 16 x 2048 tokens. Without gradients nothing is kept.
         return ops.rwkv7.chunk_rwkv7(q, log_decay, k, v, -kappa, kappa * a, **common,
                                      disable_recompute=torch.is_grad_enabled())
     raise ValueError(f"unknown fla op {op!r}")
