@@ -191,7 +191,8 @@ def triton(key: KernelKey) -> Support:
     """The generated selection kernels: element selection with 1 <= k <= 64 (STE or none), over
     all earlier keys or a window and its sinks; chunk selection with 1 <= k <= 16 by max, mean or
     lse chunk scores (lse on the top-k kernels, also for k = 1), with the STE gate or without,
-    and up to 128 sink tokens (on the top-k kernels, also for k = 1).
+    up to 128 sink tokens, and chunks chosen per key/value group in NSA's form (own chunk, no
+    gradient through the choice); these three on the top-k kernels, also for k = 1.
     (The recurrent family's Triton kernel is not generated: `triton_recurrent`.)"""
     sel = key.select
     if key.family != "select" or sel is None:

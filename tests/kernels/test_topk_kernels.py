@@ -19,7 +19,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from seqdsl.ir import support
-from seqdsl.kernels import top1
+from seqdsl.kernels import top1, topk_chunk
 from seqdsl import custom_ops
 from tests.kernels.keys import variant
 from tests.kernels.test_top1_kernels import DEVICES, FAST, assert_matches, data_kinds, make_inputs
@@ -149,6 +149,24 @@ def test_chunks_chosen_per_group_change_what_the_kernels_attend():
     assert ((top1.reference(alone, q.double(), k.double(), v.double()) - want).norm() / want.norm()).item() > 1e-2
     got = top1.run(shared, q, k, v)
     assert ((got.double() - want).norm() / want.norm()).item() < 1e-6
+
+
+@pytest.mark.parametrize("score", ["max", "mean"])
+def test_chunks_chosen_per_group_rank_far_off_chunks_as_the_reference(score):
+    """The group's summed probabilities of chunks far below the best underflow float32 (2^-288
+    here): the kernels rank their log2, so the second and third choices are still the
+    reference's (chunk 3, then 2), not ties at 0 broken by the lowest index (0 and 2)."""
+    key = dataclasses.replace(topk_key(score, k=3, heads=2, kv_groups=1, share="group"), scale=0.25)
+    T, D = 16 * 6 + 1, 16
+    q = torch.zeros(1, T, 2, D)
+    q[..., 0] = 1.0
+    k = torch.zeros(1, T, 1, D)
+    k[0, :, 0, 0] = torch.tensor([0.0, 4000, 2000, 3200, 800, 400, 0]).repeat_interleave(16)[:T]
+    v = torch.randn(1, T, 1, D, generator=torch.Generator().manual_seed(0))
+    _, saved = topk_chunk.forward(key, q, k, v)
+    for row in range(80, T):  # the queries of chunks 5 and 6: chunks 1, 3, 2 are the best three
+        for head in range(2):
+            assert set(saved["sel"][head, row].tolist()) == {1, 2, 3}, (row, head)
 
 
 def test_support_table_takes_nsa_form_of_shared_selection():

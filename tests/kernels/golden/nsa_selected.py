@@ -81,7 +81,9 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
     """One program: BLOCK_M queries (inside one chunk) of the SHARE query heads that choose
     together, of one batch. Ranks every candidate (the earlier chunks) by the heads' summed
     softmax over the candidates, exp2(score * FACTOR - LSEC) per head with LSEC from `select`,
-    keeps the TOPK best as `select` does, and writes them for every head of the group."""
+    keeps the TOPK best as `select` does, and writes them for every head of the group. The sum
+    is kept as its log2 (a running log-sum-exp over the heads): summed in float32, the
+    probabilities of far-off chunks would underflow to ties at 0 that the reference ranks."""
     bj = tl.program_id(0)
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
     b = bj // (H // SHARE)
@@ -96,14 +98,19 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
     in_tile = tl.arange(0, BLOCK_C)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + in_tile
-        tile = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
-        for g in range(SHARE):  # each head's probability of each chunk among its candidates
+        m_sh = tl.full([BLOCK_M, BLOCK_C], float("-inf"), tl.float32)
+        z_sh = tl.zeros([BLOCK_M, BLOCK_C], tl.float32)
+        for g in range(SHARE):  # each head's log2 probability of each chunk among its candidates
             h = h0 + g
             q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
             kbt = tl.load(KBAR + b * sbb + (h // GROUP) * sbh + cids[None, :] * sbt + offs_k[:, None],
                           mask=cids[None, :] < c_own, other=0.0)
             lsec = tl.load(LSEC + (b * H + h) * T_Q + rows, mask=live, other=0.0)
-            tile += tl.exp2(tl.dot(q.to(tl.float32), kbt, input_precision=PREC) * FACTOR - lsec[:, None])
+            x = tl.dot(q.to(tl.float32), kbt, input_precision=PREC) * FACTOR - lsec[:, None]
+            m_new = tl.maximum(m_sh, x)
+            z_sh = z_sh * tl.exp2(m_sh - m_new) + tl.exp2(x - m_new)
+            m_sh = m_new
+        tile = m_sh + tl.log2(z_sh)  # log2 of the group's summed probability, per chunk
         for j in tl.static_range(BLOCK_C):  # offered one chunk at a time, in chunk order
             share = tl.sum(tl.where(in_tile[None, :] == j, tile, 0.0), 1)
             share = tl.where(c0 + j < c_own, share, float("-inf"))
