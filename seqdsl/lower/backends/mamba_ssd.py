@@ -228,7 +228,7 @@ def _(x, log_decay, Bm, Cm, init, states, CB, dout, dfinal, chunk):
 
 
 def _ssd_setup(ctx, inputs, output):
-    o, final, *kept = output
+    kept = output[2:]  # after o and the final state
     ctx.save_for_backward(*inputs[:-1], *kept)
     ctx.chunk = inputs[-1]
     # the kept states and CB are the backward's, not outputs anyone differentiates: no zero

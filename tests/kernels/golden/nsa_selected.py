@@ -64,6 +64,7 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
             top_c = tl.where(take, c0 + j, top_c)
             if WITH_STATS:  # the running log-sum-exp of every candidate's score (the gate's denominator)
                 z = score * FACTOR
+                # running log2-sum-exp2: `z_run` * 2^`m_run` is the sum of 2^`z` so far
                 m_new = tl.maximum(m_run, z)
                 m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
                 z_run = z_run * tl.exp2(m_run - m_safe) + tl.exp2(z - m_safe)
@@ -107,8 +108,10 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
                           mask=cids[None, :] < c_own, other=0.0)
             lsec = tl.load(LSEC + (b * H + h) * T_Q + rows, mask=live, other=0.0)
             x = tl.dot(q.to(tl.float32), kbt, input_precision=PREC) * FACTOR - lsec[:, None]
+            # running log2-sum-exp2: `z_sh` * 2^`m_sh` is the sum of 2^`x` so far
             m_new = tl.maximum(m_sh, x)
-            z_sh = z_sh * tl.exp2(m_sh - m_new) + tl.exp2(x - m_new)
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            z_sh = z_sh * tl.exp2(m_sh - m_safe) + tl.exp2(x - m_safe)
             m_sh = m_new
         tile = m_sh + tl.log2(z_sh)  # log2 of the group's summed probability, per chunk
         for j in tl.static_range(BLOCK_C):  # offered one chunk at a time, in chunk order

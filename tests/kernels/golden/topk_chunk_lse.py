@@ -70,6 +70,7 @@ def top4_chunk_7a969fb19f95_select(Q, K, KBAR, SEL, LSEC, GATE,
         top_c = tl.where(take, c, top_c)
         if WITH_STATS:  # the running log-sum-exp of every candidate's score (the gate's denominator)
             z = score * FACTOR
+            # running log2-sum-exp2: `z_run` * 2^`m_run` is the sum of 2^`z` so far
             m_new = tl.maximum(m_run, z)
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             z_run = z_run * tl.exp2(m_run - m_safe) + tl.exp2(z - m_safe)
