@@ -242,9 +242,12 @@ def test_chunks_chosen_per_group_match_the_naive_loop(group, local, score):
 
 
 def test_a_group_of_one_head_chooses_alone():
+    """group = 1: each head's output is what the head computes alone (a one-head call)."""
     q, k, v = make_qkv(B=1, T=21, H=3, seed=5)
     kw = dict(chunk=4, scale=0.5, k_top=2, temperature=0.7, score="lse")
-    torch.testing.assert_close(topk_chunk_ref(q, k, v, group=1, **kw), topk_chunk_ref(q, k, v, **kw), rtol=0, atol=0)
+    alone = torch.cat([topk_chunk_ref(q[:, :, h:h + 1], k[:, :, h:h + 1], v[:, :, h:h + 1], **kw) for h in range(3)],
+                      dim=2)
+    torch.testing.assert_close(topk_chunk_ref(q, k, v, group=1, **kw), alone, rtol=1e-12, atol=1e-14)
     with pytest.raises(ValueError, match="group must divide the 3 heads"):
         topk_chunk_ref(q, k, v, group=2, **kw)
 
