@@ -6,7 +6,8 @@
 #      T ~ 2K against float64, decoding compiled (<= TEST_TIMEOUT, default 240 s)
 #   2. benchmarks/bench_topk.py, one run per case (MoBA k 3 of 128, k 8 of 64, NSA k 16 of 64 with
 #      fla's parallel_nsa), 8K / 32K / 64K, D 64 and 128, with --check (<= BENCH_BUDGET s each,
-#      default 100); CASES names others (bench_topk.py --help lists them), space-separated
+#      default 100); CASES names others (bench_topk.py --help lists them), space-separated;
+#      LENGTHS, DIMS (comma-separated) and COLUMNS (bench_topk.py --columns) narrow the table
 #   3. seqdsl train itself, Transformer++ against MoBA at 2K and 8K (SEQS; bench_train_command.py
 #      --no-bench; needs the corpus in DATA (default .gpudata/data) and TOKENIZER); TRAIN=0 skips it
 # Results (JSON, markdown, logs) go to $OUT when set (the device tool's folder), else benchmarks/results.
@@ -23,8 +24,9 @@ echo "gpu tests rc=$?"
 grep -e "D=" -e FAILED -e ERROR -e "passed" -e "failed" "$out/gpu_topk_tests.log" | tail -n 12
 for case in $([ "${BENCH:-1}" = 1 ] && echo ${CASES:-moba_k3_c128 moba_k8_c64 nsa_k16_c64}); do
     budget="${BENCH_BUDGET:-100}"
-    timeout $((budget + 60)) "$py" benchmarks/bench_topk.py --cases "$case" --lengths 8192,32768,65536 --dims 64,128 \
-        --check --budget-s "$budget" --out "$out" > "$out/bench_topk_$case.log" 2>&1
+    timeout $((budget + 60)) "$py" benchmarks/bench_topk.py --cases "$case" --lengths "${LENGTHS:-8192,32768,65536}" \
+        --dims "${DIMS:-64,128}" ${COLUMNS:+--columns "$COLUMNS"} --check --budget-s "$budget" --out "$out" \
+        > "$out/bench_topk_$case.log" 2>&1
     echo "bench $case rc=$?"
     grep -e "^| [0-9]" "$out"/bench_topk_*"$case"*.md 2>/dev/null
 done

@@ -56,7 +56,11 @@ def _float(x: float) -> str:
 def element_slots(k: int) -> int:
     """The top-k element kernels' running list: a power of two >= max(k, 16), also the key tile
     the selection scans (the list and a tile merge by one sort)."""
-    return max(16, 1 << (k - 1).bit_length())
+    return max(16, _pow2_at_least(k))
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << (n - 1).bit_length()
 
 
 def plan(key: KernelKey) -> KernelPlan:
@@ -87,8 +91,10 @@ def plan(key: KernelKey) -> KernelPlan:
         # `sink` here is the selection's own (top(..., sink=n)): a window's never reaches chunk
         # selection (support.triton refuses windows there)
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
-                     kslots=1 << (sel.k - 1).bit_length(), ste=sel.grad == "ste", sink=sel.sink,
-                     sink_block=support.sink_tile(sel), share=selection_group(key))
+                     kslots=_pow2_at_least(sel.k), ste=sel.grad == "ste", sink=sel.sink,
+                     sink_block=support.sink_tile(sel), share=selection_group(key),
+                     # the group's heads as one tile's rows (tl.dot takes 16 rows or more)
+                     group_pass=support.group_attention(key), group_rows=max(16, _pow2_at_least(selection_group(key))))
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))
     holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, ste=sel.grad == "ste",
                  inv_temperature=_float(1.0 / key.temperature), scale=_float(key.scale))

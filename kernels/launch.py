@@ -164,6 +164,7 @@ SITES = {
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
     # the STE gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
     "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
+    "topk_chunk.group": dict(_OPTS),  # the per-group kernels (kernels/topk_chunk.py): a tile is the group's heads
 }
 
 

@@ -28,7 +28,7 @@ from torch import Tensor
 from seqdsl.custom_ops import custom_op
 from seqdsl.ir.key import KernelKey
 from seqdsl.ir.key import chunk_size, runs_topk_kernels, selection, shared_kv_group
-from seqdsl.ir.support import attention_key
+from seqdsl.ir.support import attention_key, group_attention
 from seqdsl.kernels import chunk, element, topk_chunk, topk_element
 
 
@@ -177,6 +177,7 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     K = selection(attention_key(key)).k  # the attended tiles' (seqdsl/ir/support.py)
     C = chunk_size(selection(attention_key(key)))
     ste = selection(key).grad == "ste"
+    per_group = group_attention(attention_key(key))
 
     @custom_op(f"{slug}_infer")
     def infer(q: Tensor, k: Tensor, v: Tensor) -> Tensor:
@@ -193,8 +194,12 @@ def _topk_chunk_ops(key: KernelKey) -> Ops:
     def _(q, k, v):
         B, T, H, _ = q.shape
         stats = q.new_empty(B * H, T if ste else 0, dtype=torch.float32)
-        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.float32),
-                q.new_empty(B * H, T * K, dtype=torch.int32), q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32),
+        if per_group:  # the backward buckets the pairs (kernels/topk_chunk.py)
+            perm, starts = q.new_empty(0, dtype=torch.int32), q.new_empty(0, dtype=torch.int32)
+        else:
+            perm = q.new_empty(B * H, T * K, dtype=torch.int32)
+            starts = q.new_empty(B * H, (T + C - 1) // C + 1, dtype=torch.int32)
+        return (v.new_empty(B, T, H, v.shape[-1]), _rows(q, torch.float32), perm, starts,
                 q.new_empty(B * H, T, K, dtype=torch.int32), stats, stats.new_empty(stats.shape), _kbar(key, q, k))
 
     @custom_op(f"{slug}_bwd")

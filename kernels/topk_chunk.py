@@ -24,12 +24,21 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
                            of their dk, dv [summed over blocks and into dk, dv, torch]
               [dq       -> the pairs' parts summed over the slots, plus the own chunk's, the
                            gate's and the sinks', torch]
+Chunks chosen per key/value group (`share = group`, seqdsl/ir/support.py `group_attention`):
+    forward   select    -> lsec only: each head's log-sum-exp over its candidates
+              select_shared -> sel: the group's ranking (summed softmax), every head's row
+              group_fwd -> per (query, group): the group's heads as one tile's rows over each
+                           chosen chunk (loaded once) and the own chunk: o, lse directly
+    backward  bwd_delta, then group_dq -> per (query, group): dq directly
+              [bucket   -> the group's pairs sorted by chunk (one list per group), torch.sort]
+              attn_bwd  -> per key chunk and key/value head: dk, dv (no dq parts)
 Chunks longer than a tile (MoBA's 512 tokens; seqdsl/ir/support.py: `attention_key`): `select`
 (the chunks' own module) ranks whole chunks by their mean keys; the chosen chunks become their
 tiles of 128 and the own chunk's earlier tiles become selected tiles too [torch, `_tiles`]; the
 attention steps run the module of the tiles' key (chunk 128, k * S + S - 1 slots, S tiles a chunk).
-Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts, and with
-sinks O(T / BLOCK_M * n (Dk + Dv)) for the blocks' sink-key parts; nothing is T x T or T x N.
+Memory beyond the inputs: O(T K (Dv + Dk)) float32 for the pairs' partials and dq parts (per
+group: none, only sel, lse and the pair lists), and with sinks O(T / BLOCK_M * n (Dk + Dv)) for
+the blocks' sink-key parts; nothing is T x T or T x N.
 """
 
 from __future__ import annotations
@@ -38,7 +47,7 @@ import torch
 from torch import Tensor
 
 from seqdsl.ir.key import KernelKey, chunk_size, selection, selection_group
-from seqdsl.ir.support import attention_key, chunk_split, sink_tile
+from seqdsl.ir.support import attention_key, chunk_split, group_attention, sink_tile
 from seqdsl.kernels import launch
 from seqdsl.kernels.cache import load
 from seqdsl.kernels.chunk import block_m, kbar_for
@@ -66,6 +75,10 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     attend = attention_key(key)
     if attend != key:
         sel = _tiles(sel, chunk_split(selection(key)), chunk_size(selection(attend)), q_offset)
+    if group_attention(attend):
+        o, lse = _group_forward(attend, q, k, v, sel, q_offset)
+        perm, starts = (torch.empty(0, dtype=torch.int32, device=q.device) for _ in range(2))  # the backward's
+        return o, dict(lse=lse, perm=perm, starts=starts, sel=sel, lsec=lsec, gate=gate, kbar=kbar)
     mod = load(attend)
     name = attend.slug()
     Tk, Dv = k.shape[1], v.shape[-1]
@@ -113,6 +126,25 @@ def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, w
     return sel, lsec, gate
 
 
+def _group_forward(attend: KernelKey, q: Tensor, k: Tensor, v: Tensor, sel: Tensor,
+                   q_offset: int) -> tuple[Tensor, Tensor]:
+    """(o, lse) per (query, key/value group): each query's group of heads over the chunks the
+    group chose and its own chunk, in one pass (`group_fwd`)."""
+    B, Tq, H, Dk = q.shape
+    o = torch.empty(B, Tq, H, v.shape[-1], dtype=v.dtype, device=v.device)
+    lse = torch.empty(B * H, Tq, dtype=torch.float32, device=q.device)
+    getattr(load(attend), f"{attend.slug()}_group_fwd")[(Tq, B * k.shape[2])](
+        q, k, v, sel, o, lse, *launch.strides(q, k, v, o), Tq, k.shape[1], q_offset, H,
+        PREC=launch.precision(q.dtype), **launch.launch_opts(_group_tiles(Dk)))
+    return o, lse
+
+
+def _group_tiles(dim: int) -> dict:
+    """Launch options of the per-group kernels: a tile is the group's heads (16 rows at NSA's
+    16:1) by one chunk, so few warps."""
+    return launch.tuned("topk_chunk.group", dict(num_warps=4 if dim > 64 else 2, num_stages=1))
+
+
 def _tiles(sel: Tensor, split: int, tile: int, q_offset: int) -> Tensor:
     """The tiles a query attends, from the chunks it chose (sel (B*H, Tq, k), chunks of
     split * tile keys, -1 empty): each chosen chunk's `split` tiles, then the tiles of its own
@@ -141,6 +173,8 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     do = do.contiguous()
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o)
     cfg = launch.tuned("topk_chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
+    if group_attention(attend):
+        return _group_backward(attend, q, k, v, do, delta, saved, cfg)
     local = selection(attend).local
     dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
     dq_pairs = torch.zeros(B * H, T * K, Dk, dtype=torch.float32, device=q.device)  # unused pairs stay 0
@@ -161,6 +195,31 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         dq = dq + _sinks(attend, mod, q, k, v, do, delta, saved, dk, dv, cfg)
     # q's layout, as the op's fake implementation promises (torch.compile traces with it)
     return dq.contiguous().to(q.dtype), dk, dv
+
+
+def _group_backward(attend: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, delta: Tensor, saved: dict,
+                    cfg: dict) -> tuple[Tensor, Tensor, Tensor]:
+    """(dq, dk, dv) when the attention ran per (query, group): dq per query and group
+    (`group_dq`), dk and dv per key chunk over its own queries and those whose group chose it
+    (`attn_bwd`, one pair list per group: its heads' rows of sel are equal)."""
+    mod = load(attend)
+    name = attend.slug()
+    B, T, H, Dk = q.shape
+    HK = k.shape[2]
+    K = selection(attend).k
+    n_chunks = triton_cdiv(T, chunk_size(selection(attend)))
+    prec = launch.precision(q.dtype)
+    dq = torch.empty_like(q)
+    getattr(mod, f"{name}_group_dq")[(T, B * HK)](
+        q, k, v, do, saved["lse"], delta, saved["sel"], dq, *launch.strides(q, k, v, do, dq), T, T, 0, H,
+        PREC=prec, **launch.launch_opts(_group_tiles(Dk)))
+    first = saved["sel"].view(B, HK, H // HK, T * K)[:, :, 0].reshape(B * HK, T * K)
+    perm, starts = launch.bucket(first, n_chunks)
+    dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
+    getattr(mod, f"{name}_attn_bwd")[(B * HK, n_chunks)](
+        q, k, v, do, saved["lse"], delta, perm, starts, dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
+        BLOCK_M=block_m(attend, cfg), PREC=prec, **launch.launch_opts(cfg))
+    return dq, dk, dv
 
 
 def _sinks(attend: KernelKey, mod, q: Tensor, k: Tensor, v: Tensor, do: Tensor, delta: Tensor, saved: dict,

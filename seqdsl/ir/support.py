@@ -18,7 +18,8 @@ import dataclasses
 import struct
 from dataclasses import dataclass
 
-from seqdsl.ir.key import KernelKey, SelectKey, chunk_size, runs_topk_kernels, selection
+from seqdsl.ir.key import (KernelKey, SelectKey, chunk_size, runs_topk_kernels, selection, selection_group,
+                           shared_kv_group)
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,17 @@ def attention_key(key: KernelKey) -> KernelKey:
     if split == 1:
         return key
     return dataclasses.replace(key, select=dataclasses.replace(sel, chunk=TRITON_MAX_CHUNK, k=sel.k * split + split - 1))
+
+
+def group_attention(key: KernelKey) -> bool:
+    """Whether the top-k chunk kernels attend per (query, key/value group): the heads that choose
+    their chunks together (`share = group`) also read one key/value head, and there are no sink
+    tokens. Each chosen chunk is then loaded once for the whole group, the group's heads the rows
+    of one tile (NSA's kernel form), and the output is written directly, with no per-pair
+    partials; otherwise (each head alone, keys per head, sinks) the attention runs per key chunk
+    over the (query, slot) pairs that chose it, merged by log-sum-exp."""
+    share = selection_group(key)
+    return share > 1 and shared_kv_group(key) == share and selection(key).sink == 0
 
 
 def chunk_tiling(sel: SelectKey) -> str:

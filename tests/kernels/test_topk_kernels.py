@@ -136,7 +136,20 @@ def test_chunks_chosen_per_group_match_reference(kind, k, length, score, groups,
     if kind["data"] == "grid":
         key = dataclasses.replace(key, scale=0.25)  # a power of two keeps grid scores exact
     assert support.triton(key).op == "triton.topk_chunk"
+    # one pass per (query, group) without sinks; with them, per key chunk over the pairs
+    assert support.group_attention(key) == (sink == 0)
     assert_matches(key, make_inputs(1, T, H, 16, 16, kv_heads=HK, **kind))
+
+
+@pytest.mark.parametrize("score", ["max", "mean"])
+def test_chunks_chosen_per_group_with_keys_per_head_match_reference(score):
+    """share = group where the kernels are handed k and v per query head (qk_groups 1 <
+    kv_groups 2: seqdsl/ir/key.py, shared_kv_group): the group chooses together but its heads
+    read different keys, so the attention runs per key chunk over the pairs (not
+    `group_attention`), against float64."""
+    key = dataclasses.replace(topk_key(score, k=2, heads=4, kv_groups=2, share="group"), qk_groups=1)
+    assert support.triton(key).op == "triton.topk_chunk" and not support.group_attention(key)
+    assert_matches(key, make_inputs(1, 16 * 6 + 5, 4, 16, 16, data="float", magnitude=1.0, seed=55, duplicate=False))
 
 
 def test_chunks_chosen_per_group_change_what_the_kernels_attend():
@@ -291,19 +304,22 @@ def test_topk_kernels_on_gpu_at_large_shapes(score, grad, dtype):
 @FAST
 @given(kind=data_kinds, k=st.sampled_from([2, 3]), split=st.sampled_from([2, 4]),
        length=st.sampled_from(["short", "k+1", "odd", "many"]), groups=st.sampled_from([(2, 2), (4, 2)]),
-       sink=st.sampled_from([0, 0, 5, 40]))
+       sink=st.sampled_from([0, 0, 5, 40]), share=st.sampled_from(["head", "group"]))
 @example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=31), k=2, split=4, length="many", groups=(4, 2),
-         sink=0)
+         sink=0, share="head")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=32), k=3, split=2, length="odd", groups=(2, 2),
-         sink=0)
+         sink=0, share="head")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=35), k=2, split=2, length="many", groups=(4, 2),
-         sink=40)
-def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, split, length, groups, sink):
+         sink=40, share="head")
+# chosen per key/value group: the per-group pass over the tiles of the group's chunks
+@example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=36), k=2, split=4, length="many", groups=(4, 2),
+         sink=0, share="group")
+def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, split, length, groups, sink, share):
     """MoBA's chunks longer than a tile (512 tokens at 8K): the selection ranks whole chunks by
     their mean key, the attention kernels take each chosen chunk's tiles and the own chunk's
     earlier tiles. Tiles of 16 here (the GPU's are 128), chunks of 32 or 64, against the
     reference of the whole-chunk selection; with sink tokens, those outside every attended
-    tile."""
+    tile; with the chunks chosen per key/value group."""
     from seqdsl.ir import support as table
 
     monkeypatch.setattr(table, "TRITON_MAX_CHUNK", 16)
@@ -311,7 +327,8 @@ def test_chunks_longer_than_a_tile_are_attended_as_tiles(monkeypatch, kind, k, s
     T = {"short": chunk - 3, "k+1": (k + 1) * chunk + 1, "odd": (k + 2) * chunk - 5, "many": (k + 3) * chunk + 7}[length]
     H, HK = groups
     # temperature 1.25: a key no other test binds (the ops of a key are registered once per process)
-    key = dataclasses.replace(topk_key("mean", k=k, chunk=chunk, heads=H, kv_groups=HK, sink=sink), temperature=1.25)
+    key = dataclasses.replace(topk_key("mean", k=k, chunk=chunk, heads=H, kv_groups=HK, sink=sink, share=share),
+                              temperature=1.25)
     assert table.chunk_split(key.select) == split
     assert table.attention_key(key).select.k == k * split + split - 1
     if kind["data"] == "grid":

@@ -17,6 +17,7 @@ TOPK = tl.constexpr(16)
 KSLOTS = tl.constexpr(16)  # the top-k list's width (slots past TOPK stay +inf: never replaced)
 GROUP = tl.constexpr(12)  # query heads per key/value head (the key's grouping)
 SHARE = tl.constexpr(12)  # query heads choosing their chunks together
+GROUP_ROWS = tl.constexpr(16)  # a group tile's rows (its GROUP heads, padded)
 
 
 @triton.jit
@@ -24,8 +25,9 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H, WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
         PREC: tl.constexpr):
-    """One program: BLOCK_M queries (inside one chunk) of one (batch, head). Scores every candidate
-    chunk and keeps the TOPK best in registers (a running list, no T x n_chunks scores in memory)."""
+    """One program: BLOCK_M queries (inside one chunk) of one (batch, head). The candidates'
+    log-sum-exp LSEC over every candidate chunk's score; `select_shared` then ranks them for the
+    head's group (SEL is its to write)."""
     # heaviest programs first (the grid runs axis 0 fastest): a block's work grows with its position
     bh = tl.program_id(0)
     pid = tl.num_programs(1) - 1 - tl.program_id(1)
@@ -50,26 +52,12 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
         cids = c0 + in_tile
         kbt = tl.load(KBAR + b * sbb + hk * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
         tile = tl.dot(q32, kbt, input_precision=PREC)
-        for j in tl.static_range(BLOCK_C):  # offered one chunk at a time, in chunk order
-            score = tl.sum(tl.where(in_tile[None, :] == j, tile, 0.0), 1)
-            score = tl.where(c0 + j < c_own, score, float("-inf"))
-            # keep the k best: `score` replaces the weakest entry if strictly better; among equally weak
-            # entries the latest chunk goes first, so ties keep the lowest chunk index (a stable sort's order)
-            weakest = tl.min(top_s, 1)
-            at_min = top_s == weakest[:, None]
-            latest = tl.max(tl.where(at_min, top_c, -2), 1)
-            slot = tl.min(tl.where(at_min & (top_c == latest[:, None]), slots[None, :], KSLOTS), 1)
-            take = (score > weakest)[:, None] & (slots[None, :] == slot[:, None])
-            top_s = tl.where(take, score[:, None], top_s)
-            top_c = tl.where(take, c0 + j, top_c)
-            if WITH_STATS:  # the running log-sum-exp of every candidate's score (the gate's denominator)
-                z = score * FACTOR
-                # running log2-sum-exp2: `z_run` * 2^`m_run` is the sum of 2^`z` so far
-                m_new = tl.maximum(m_run, z)
-                m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-                z_run = z_run * tl.exp2(m_run - m_safe) + tl.exp2(z - m_safe)
-                m_run = m_new
-    tl.store(SEL + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], top_c, mask=live[:, None] & (slots[None, :] < TOPK))
+        if WITH_STATS:  # (always, shared) the candidates' log-sum-exp, the whole tile at once
+            z = tl.where(cids[None, :] < c_own, tile * FACTOR, float("-inf"))
+            m_new = tl.maximum(m_run, tl.max(z, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            z_run = z_run * tl.exp2(m_run - m_safe) + tl.sum(tl.exp2(z - m_safe[:, None]), 1)
+            m_run = m_new
     if WITH_STATS:
         lsec = tl.where(z_run > 0, m_run + tl.log2(z_run), float("-inf"))
         tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
@@ -132,88 +120,82 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
 
 
 @triton.jit
-def top16_chunk_07794f3eb46d_attn_fwd(Q, K, V, PERM, STARTS, OS, LSES,
-        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh,
-        T_Q, T_K, Q_OFF, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, head). Softmax of every (query, slot) pair that
-    selected chunk c (gathered through PERM) over its keys: each pair's partial output and
-    log-sum-exp, which `merge` combines."""
-    # heaviest programs first: early chunks are selected by more queries
-    bh = tl.program_id(0)
-    c = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
+def top16_chunk_07794f3eb46d_group_fwd(Q, K, V, SEL, O, LSE,
+        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
+        T_Q, T_K, Q_OFF, H, PREC: tl.constexpr):
+    """One program: one query of the GROUP heads that share a key/value head and their choice
+    (`share = group`; NSA's kernel form). The heads are the rows of one tile, so each chunk the
+    group attends is loaded once for all of them: the chosen chunks, then the own chunk causally,
+    in one online softmax; O and its LSE are written directly (no per-pair partials, no merge)."""
+    row = tl.program_id(0)  # one query, the same on every row of the tile
+    bhk = tl.program_id(1)
+    b = bhk // (H // GROUP)
+    hk = bhk % (H // GROUP)
+    heads = hk * GROUP + tl.arange(0, GROUP_ROWS)
+    live = tl.arange(0, GROUP_ROWS) < GROUP  # rows past the group's heads: padding, never stored
+    pos = tl.zeros([GROUP_ROWS], tl.int32) + row + Q_OFF
+    c_own = (row + Q_OFF) // CHUNK
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
-    cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
-    start = tl.load(STARTS + bh * (N_CHUNKS + 1) + c)
-    end = tl.load(STARTS + bh * (N_CHUNKS + 1) + c + 1)
-    for r0 in range(start, end, BLOCK_M):
-        ids = r0 + tl.arange(0, BLOCK_M)
-        live = ids < end
-        pair = tl.load(PERM + bh * T_Q * TOPK + ids, mask=live, other=0)
-        rows = pair // TOPK
-        pos = rows + Q_OFF
-        q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-        z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-        z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
-        m = tl.max(z2, 1)
-        m = tl.where(m == float("-inf"), 0.0, m)
-        p = tl.exp2(z2 - m[:, None])
-        l = tl.sum(p, 1)
-        o = tl.dot(p.to(vc.dtype), vc, input_precision=PREC) / tl.where(l > 0, l, 1.0)[:, None]
-        tl.store(OS + (bh * T_Q * TOPK + pair[:, None]) * DV + offs_v[None, :], o, mask=live[:, None])
-        tl.store(LSES + bh * T_Q * TOPK + pair, tl.where(l > 0, m + tl.log2(l), float("-inf")), mask=live)
+    q = tl.load(Q + b * sqb + row * sqt + heads[:, None] * sqh + offs_k[None, :], mask=live[:, None], other=0.0)
+    chosen = SEL + ((b * H + hk * GROUP) * T_Q + row) * TOPK  # the group's choice, its first head's row
+    top = tl.full([GROUP_ROWS], float("-inf"), tl.float32)
+    w = tl.zeros([GROUP_ROWS], tl.float32)
+    acc = tl.zeros([GROUP_ROWS, DV], tl.float32)
+    for s in range(TOPK + 1):  # the chosen chunks (earlier, complete; -1: an empty slot), then the own one
+        c = tl.where(s < TOPK, tl.load(chosen + tl.minimum(s, TOPK - 1)), c_own)
+        if c >= 0:
+            cols = c * CHUNK + tl.arange(0, CHUNK)
+            kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+            vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+            z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
+            z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
+            new_top = tl.maximum(top, tl.max(z2, 1))
+            safe = tl.where(new_top == float("-inf"), 0.0, new_top)
+            alpha = tl.exp2(top - safe)
+            p = tl.exp2(z2 - safe[:, None])
+            w = w * alpha + tl.sum(p, 1)
+            acc = acc * alpha[:, None] + tl.dot(p.to(vc.dtype), vc, input_precision=PREC)
+            top = new_top
+    w = tl.where(w > 0, w, 1.0)  # padding rows only: every live query sees itself
+    tl.store(O + b * sob + row * sot + heads[:, None] * soh + offs_v[None, :], acc / w[:, None], mask=live[:, None])
+    tl.store(LSE + (b * H + heads) * T_Q + row, top + tl.log2(w), mask=live)
 
 
 @triton.jit
-def top16_chunk_07794f3eb46d_merge(Q, K, V, OS, LSES, O, LSE,
-        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sob, sot, soh,
-        T_Q, T_K, Q_OFF, H, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: BLOCK_M queries of one (batch, head). Causal softmax over their own chunk, merged with the
-    TOPK selected chunks' partials by log-sum-exp (an unused slot's is -inf): O and its LSE."""
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    b = bh // H
-    h = bh % H
-    hk = h // GROUP
-    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
-    live = rows < T_Q
-    pos = rows + Q_OFF
+def top16_chunk_07794f3eb46d_group_dq(Q, K, V, DO, LSE, DELTA, SEL, DQ,
+        sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh, sgb, sgt, sgh,
+        T_Q, T_K, Q_OFF, H, PREC: tl.constexpr):
+    """One program: one query of a group's heads, as `group_fwd`. Their dq over the chunks they
+    attended, ds_ij = p_ij (dO_i . v_j - D_i), p from the LSE, into DQ (its strides sg*); dk and dv
+    come from `attn_bwd`, per key chunk over the queries that chose it."""
+    row = tl.program_id(0)  # one query, the same on every row of the tile
+    bhk = tl.program_id(1)
+    b = bhk // (H // GROUP)
+    hk = bhk % (H // GROUP)
+    heads = hk * GROUP + tl.arange(0, GROUP_ROWS)
+    live = tl.arange(0, GROUP_ROWS) < GROUP  # rows past the group's heads: padding, never stored
+    pos = tl.zeros([GROUP_ROWS], tl.int32) + row + Q_OFF
+    c_own = (row + Q_OFF) // CHUNK
     offs_k = tl.arange(0, DK)
     offs_v = tl.arange(0, DV)
-    # running merge of (lse_j, o_j): top = max lse so far, w = sum exp2(lse_j - top), acc = sum of
-    # exp2(lse_j - top) o_j; the output is acc / w
-    c = (pid * BLOCK_M + Q_OFF) // CHUNK  # BLOCK_M divides CHUNK (decoding: one live row)
-    cols = c * CHUNK + tl.arange(0, CHUNK)
-    kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
-    vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
-    q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-    z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
-    z2 = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], z2, float("-inf"))
-    top = tl.max(z2, 1)
-    top = tl.where(top == float("-inf"), 0.0, top)  # padded rows only: a query sees itself
-    p = tl.exp2(z2 - top[:, None])
-    w = tl.sum(p, 1)
-    acc = tl.dot(p.to(vc.dtype), vc, input_precision=PREC)
-    for s in tl.static_range(TOPK):
-        pair = rows * TOPK + s
-        lse_s = tl.load(LSES + bh * T_Q * TOPK + pair, mask=live, other=float("-inf"))
-        o_s = tl.load(OS + (bh * T_Q * TOPK + pair[:, None]) * DV + offs_v[None, :], mask=live[:, None], other=0.0)
-        o_s = tl.where(lse_s[:, None] > float("-inf"), o_s, 0.0)  # an unused slot's row is unwritten
-        new_top = tl.maximum(top, lse_s)
-        safe = tl.where(new_top == float("-inf"), 0.0, new_top)
-        alpha = tl.exp2(top - safe)
-        weight = tl.exp2(lse_s - safe)
-        w = w * alpha + weight
-        acc = acc * alpha[:, None] + weight[:, None] * o_s
-        top = new_top
-    w = tl.where(w > 0, w, 1.0)  # dead rows only: every live query attends at least one key
-    tl.store(O + b * sob + h * soh + rows[:, None] * sot + offs_v[None, :], acc / w[:, None], mask=live[:, None])
-    tl.store(LSE + bh * T_Q + rows, top + tl.log2(w), mask=live)
+    q = tl.load(Q + b * sqb + row * sqt + heads[:, None] * sqh + offs_k[None, :], mask=live[:, None], other=0.0)
+    chosen = SEL + ((b * H + hk * GROUP) * T_Q + row) * TOPK  # the group's choice, its first head's row
+    do = tl.load(DO + b * sdb + row * sdt + heads[:, None] * sdh + offs_v[None, :], mask=live[:, None], other=0.0)
+    lse = tl.load(LSE + (b * H + heads) * T_Q + row, mask=live, other=0.0)
+    delta = tl.load(DELTA + (b * H + heads) * T_Q + row, mask=live, other=0.0)
+    dq = tl.zeros([GROUP_ROWS, DK], tl.float32)
+    for s in range(TOPK + 1):  # the chosen chunks (earlier, complete; -1: an empty slot), then the own one
+        c = tl.where(s < TOPK, tl.load(chosen + tl.minimum(s, TOPK - 1)), c_own)
+        if c >= 0:
+            cols = c * CHUNK + tl.arange(0, CHUNK)
+            kc = tl.load(K + b * skb + hk * skh + cols[:, None] * skt + offs_k[None, :], mask=cols[:, None] < T_K, other=0.0)
+            vc = tl.load(V + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], mask=cols[:, None] < T_K, other=0.0)
+            z2 = tl.dot(q, tl.trans(kc), input_precision=PREC) * FACTOR
+            p = tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], tl.exp2(z2 - lse[:, None]), 0.0)
+            ds = p * (tl.dot(do, tl.trans(vc), input_precision=PREC) - delta[:, None])
+            dq += tl.dot(ds.to(kc.dtype), kc, input_precision=PREC)
+    tl.store(DQ + b * sgb + row * sgt + heads[:, None] * sgh + offs_k[None, :], dq * GRAD_SCALE, mask=live[:, None])
 
 
 @triton.jit
@@ -234,12 +216,12 @@ def top16_chunk_07794f3eb46d_bwd_delta(DO, O, DELTA, sdb, sdt, sdh, sob, sot, so
 
 
 @triton.jit
-def top16_chunk_07794f3eb46d_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ, DQ_SEL, DK_OUT, DV_OUT,
+def top16_chunk_07794f3eb46d_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DK_OUT, DV_OUT,
         sqb, sqt, sqh, skb, skt, skh, svb, svt, svh, sdb, sdt, sdh,
         T_K, H, N_CHUNKS, BLOCK_M: tl.constexpr, PREC: tl.constexpr):
-    """One program: key chunk c of one (batch, key/value head, over its GROUP query heads). dq parts of the queries attending
-    it (DQ: its own queries'; DQ_SEL: each pair that selected it), and dk, dv of its keys, each
-    written once. ds_ij = p_ij (dO_i . v_j - D_i),
+    """One program: key chunk c of one (batch, key/value head, over its GROUP query heads). dk, dv of its keys
+    from its own queries and the queries that chose it (the pairs of the group's one list: its
+    heads chose alike; their dq is `group_dq`'s), each written once. ds_ij = p_ij (dO_i . v_j - D_i),
     D_i = dO_i . o_i, p from the merged LSE."""
     bhk = tl.program_id(0)  # (batch, key/value head): its GROUP query heads' gradients add up here
     b = bhk // (H // GROUP)
@@ -269,16 +251,14 @@ def top16_chunk_07794f3eb46d_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ,
             pt = tl.where((cols[:, None] <= pos[None, :]) & (cols[:, None] < T_K) & live[None, :], tl.exp2(z2t - lse[None, :]), 0.0)
             dpt = tl.dot(vc, tl.trans(do), input_precision=PREC)
             dst = pt * (dpt - delta[None, :])
-            dq = tl.dot(tl.trans(dst.to(kc.dtype)), kc, input_precision=PREC) * GRAD_SCALE
-            tl.store(DQ + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], dq, mask=live[:, None])
             dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
             dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
-        start = tl.load(STARTS + bh * (N_CHUNKS + 1) + c)
-        end = tl.load(STARTS + bh * (N_CHUNKS + 1) + c + 1)
+        start = tl.load(STARTS + bhk * (N_CHUNKS + 1) + c)
+        end = tl.load(STARTS + bhk * (N_CHUNKS + 1) + c + 1)
         for r0 in range(start, end, BLOCK_M):  # the (query, slot) pairs that selected it
             ids = r0 + tl.arange(0, BLOCK_M)
             live = ids < end
-            pair = tl.load(PERM + bh * T_K * TOPK + ids, mask=live, other=0)
+            pair = tl.load(PERM + bhk * T_K * TOPK + ids, mask=live, other=0)
             sq = pair // TOPK
             # keys x queries (flash-attention's dk/dv loop shape); LSE is the merged total, so each
             # chunk's share of the softmax gradient is computed on its own
@@ -291,8 +271,6 @@ def top16_chunk_07794f3eb46d_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ,
             pt = tl.where((cols[:, None] <= pos[None, :]) & (cols[:, None] < T_K) & live[None, :], tl.exp2(z2t - lse[None, :]), 0.0)
             dpt = tl.dot(vc, tl.trans(do), input_precision=PREC)
             dst = pt * (dpt - delta[None, :])
-            dq = tl.dot(tl.trans(dst.to(kc.dtype)), kc, input_precision=PREC) * GRAD_SCALE
-            tl.store(DQ_SEL + (bh * T_K * TOPK + pair[:, None]) * DK + offs_k[None, :], dq, mask=live[:, None])
             dk_acc += tl.dot(dst.to(qt.dtype), tl.trans(qt), input_precision=PREC)
             dv_acc += tl.dot(pt.to(do.dtype), do, input_precision=PREC)
     tl.store(DV_OUT + b * svb + hk * svh + cols[:, None] * svt + offs_v[None, :], dv_acc, mask=cols[:, None] < T_K)
