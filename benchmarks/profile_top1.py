@@ -59,8 +59,9 @@ def parse_args(argv=None):
     p.add_argument("--chunk", type=int, default=128)
     p.add_argument("--steps", type=int, default=3, help="profiled steps per case")
     p.add_argument("--kernels", default="sdpa_cudnn,top1_element,top1_chunk_exact,top1_chunk_approx",
-                   help="also topk:CASE for a case of benchmarks/bench_topk.py without GQA "
-                        "(e.g. topk:moba_k3_c512, topk:element_k64; grad = none, its own k and chunk)")
+                   help="also topk:CASE for a case of benchmarks/bench_topk.py (e.g. topk:moba_k3_c512, "
+                        "topk:element_k64, topk:nsa_shared_k16_c64; grad = none, its own k and chunk)")
+    p.add_argument("--nsa-heads", default="16:1", help="HQ:HKV of the GQA top-k cases (bench_topk.py's)")
     p.add_argument("--smoke", action="store_true", help="tiny shapes on CPU under the interpreter")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     return p.parse_args(argv)
@@ -129,8 +130,9 @@ def breakdown(prof, steps: int, step_ms: float) -> dict:
                 idle_ms=(span_us - busy_us) / 1e3 / steps, groups=groups, kernels=kernel_rows, ops=ops)
 
 
-def runners(names, dim: int, chunk: int, scale: float, heads: int):
-    """name -> f(q, k, v) -> o, differentiable; (B, T, H, D) in and out."""
+def runners(names, dim: int, chunk: int, scale: float, heads: int, nsa_heads: tuple[int, int]):
+    """name -> (f(q, k, v) -> o differentiable, None or the (HQ, HKV) heads of a GQA case's
+    inputs); (B, T, H, D) in and out, k and v with HKV heads for a GQA case."""
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -144,18 +146,18 @@ def runners(names, dim: int, chunk: int, scale: float, heads: int):
             from benchmarks.bench_topk import CASES, generated_key
 
             case = CASES[name[5:]]
-            if case.gqa:
-                raise SystemExit(f"{name}: a GQA case; this profile runs H = 768 / D heads, each with its keys")
-            out[name] = top1.bind(generated_key(case, dim, heads, heads))
+            hq, hkv = nsa_heads if case.gqa else (heads, heads)
+            out[name] = top1.bind(generated_key(case, dim, hq, hkv)), (nsa_heads if case.gqa else None)
+            continue
         elif name == "sdpa_cudnn":
             def sdpa(q, k, v):
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     o = F.scaled_dot_product_attention(*(t.transpose(1, 2) for t in (q, k, v)),
                                                        is_causal=True, scale=scale)
                 return o.transpose(1, 2)
-            out[name] = sdpa
+            out[name] = sdpa, None
         else:
-            out[name] = top1.bind(kernel_keys[name])
+            out[name] = top1.bind(kernel_keys[name]), None
     return out
 
 
@@ -240,9 +242,16 @@ def main(argv=None) -> int:
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
             B, H, q, k, v, do = case_inputs(T, dim, args.tokens, device, dtype, smoke=args.smoke)
-            for name, fn in runners(names, dim, args.chunk, dim ** -0.5, H).items():
+            nsa_heads = tuple(int(x) for x in args.nsa_heads.split(":"))
+            for name, (fn, gqa) in runners(names, dim, args.chunk, dim ** -0.5, H, nsa_heads).items():
+                inputs, heads = (q, k, v, do), H
+                if gqa:  # HQ query heads on HKV key/value heads, B * T tokens as the others
+                    gen = torch.Generator(device=device).manual_seed(0)
+                    inputs = tuple(torch.randn(B, T, h, dim, device=device, dtype=dtype, generator=gen)
+                                   for h in (gqa[0], gqa[1], gqa[1], gqa[0]))
+                    heads = f"{gqa[0]}/{gqa[1]}"
                 try:
-                    case = dict(T=T, dim=dim, B=B, H=H, **profile_case(name, fn, q, k, v, do, device, args.steps))
+                    case = dict(T=T, dim=dim, B=B, H=heads, **profile_case(name, fn, *inputs, device, args.steps))
                 except Exception as err:  # OOM or a backend missing here: recorded, not hidden
                     case = dict(kernel=name, T=T, dim=dim, error=f"{type(err).__name__}: {err}"[:300])
                     print(f"## {name} T={T} D={dim}: {case['error']}\n", flush=True)

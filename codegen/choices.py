@@ -59,6 +59,11 @@ def element_slots(k: int) -> int:
     return max(16, _pow2_at_least(k))
 
 
+def chunk_slots(k: int) -> int:
+    """The top-k chunk kernels' running list: the power of two >= k (KSLOTS)."""
+    return _pow2_at_least(k)
+
+
 def _pow2_at_least(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
@@ -91,7 +96,7 @@ def plan(key: KernelKey) -> KernelPlan:
         # `sink` here is the selection's own (top(..., sink=n)): a window's never reaches chunk
         # selection (support.triton refuses windows there)
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
-                     kslots=_pow2_at_least(sel.k), ste=sel.grad == "ste", sink=sel.sink,
+                     kslots=chunk_slots(sel.k), ste=sel.grad == "ste", sink=sel.sink,
                      sink_block=support.sink_tile(sel), share=selection_group(key),
                      # the group's heads as one tile's rows (tl.dot takes 16 rows or more)
                      group_pass=support.group_attention(key), group_rows=max(16, _pow2_at_least(selection_group(key))))

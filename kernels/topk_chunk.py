@@ -46,6 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from seqdsl.codegen.choices import chunk_slots
 from seqdsl.ir.key import KernelKey, chunk_size, selection, selection_group
 from seqdsl.ir.support import attention_key, chunk_split, group_attention, sink_tile
 from seqdsl.kernels import launch
@@ -118,10 +119,10 @@ def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, w
     getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(Tq, bm))](
         q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=stats,
         BLOCK_M=bm, BLOCK_C=_block_c(), **common)
-    if share > 1:
+    if share > 1:  # mean keys: a tile of candidates merges into the running list, as wide (or a multiple)
         getattr(mod, f"{key.slug()}_select_shared")[(B * H // share, triton_cdiv(Tq, bm))](
             q, k, kbar, lsec, sel, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, BLOCK_M=bm,
-            BLOCK_C=_block_c(), **common)
+            BLOCK_C=max(_block_c(), chunk_slots(K)), **common)
         lsec = torch.empty(B * H, 0, dtype=torch.float32, device=q.device)  # kept for the STE only (none here)
     return sel, lsec, gate
 
@@ -141,8 +142,10 @@ def _group_forward(attend: KernelKey, q: Tensor, k: Tensor, v: Tensor, sel: Tens
 
 def _group_tiles(dim: int) -> dict:
     """Launch options of the per-group kernels: a tile is the group's heads (16 rows at NSA's
-    16:1) by one chunk, so few warps."""
-    return launch.tuned("topk_chunk.group", dict(num_warps=4 if dim > 64 else 2, num_stages=1))
+    16:1) by one chunk, so few warps: at D 64 one warp beat 2, 4 and 8 (H200, 64K tokens, 16:1,
+    k = 16 of 64: forward 4.7 / 5.9 / 6.8 / 9.6 ms, dq 5.7 / 7.3 / 7.6 / 9.2 ms;
+    benchmarks/results/topk_shared_h200_2026-11-28/); D 128 takes two (not measured)."""
+    return launch.tuned("topk_chunk.group", dict(num_warps=2 if dim > 64 else 1, num_stages=1))
 
 
 def _tiles(sel: Tensor, split: int, tile: int, q_offset: int) -> Tensor:

@@ -52,11 +52,14 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
         expected = {"fwd"} | ({"bwd_delta", "bwd_dkdv", "bwd_dq"} if sel.grad == "ste" else set())
         expected |= {"value_grad"} if sel.grad == "none" or sel.value_grad == "hard" else set()
     elif runs_topk_kernels(sel):  # top-k chunks (and lse): decoding runs the forward's kernels with one query
-        expected = {"select", "attn_fwd", "merge", "bwd_delta", "attn_bwd"}
+        # per (query, key/value group) when the group chooses together and shares keys, else per pair
+        expected = {"select", "bwd_delta", "attn_bwd"}
+        expected |= {"group_fwd", "group_dq"} if support.group_attention(key) else {"attn_fwd", "merge"}
         expected |= {"gate_dq", "gate_dk"} if sel.grad == "ste" else set()
         expected |= {"chunk_lse"} if sel.score == "lse" else set()  # the chunk's score, a helper
         expected |= {"sink_bwd"} if sel.sink else set()
         expected |= {"select_shared"} if sel.share == "group" else set()
+        expected |= {"keep_best"} if sel.share == "group" and sel.score == "mean" else set()  # its sorted merge
     else:
         expected = {"select", "attn_fwd", "bwd_delta", "attn_bwd", "decode"}
         expected |= {"attn_local"} if sel.local else set()

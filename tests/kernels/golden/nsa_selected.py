@@ -17,6 +17,7 @@ TOPK = tl.constexpr(16)
 KSLOTS = tl.constexpr(16)  # the top-k list's width (slots past TOPK stay +inf: never replaced)
 GROUP = tl.constexpr(12)  # query heads per key/value head (the key's grouping)
 SHARE = tl.constexpr(12)  # query heads choosing their chunks together
+NONE = tl.constexpr(-9223372036854775807)  # below every chunk's rank: an empty slot
 GROUP_ROWS = tl.constexpr(16)  # a group tile's rows (its GROUP heads, padded)
 
 
@@ -64,13 +65,22 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
 
 
 @triton.jit
+def top16_chunk_07794f3eb46d_keep_best(best, rank, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The BLOCK_C largest of the running list and a tile of ranks (both (BLOCK_M, BLOCK_C)), in
+    descending order: the two sorted together, the first half kept."""
+    both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * BLOCK_C]), dim=1, descending=True)
+    return tl.max(tl.reshape(both, [BLOCK_M, 2, BLOCK_C]), axis=1)  # sorted descending: position i >= i + BLOCK_C
+
+
+@triton.jit
 def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
     """One program: BLOCK_M queries (inside one chunk) of the SHARE query heads that choose
     together, of one batch. Ranks every candidate (the earlier chunks) by the heads' summed
     softmax over the candidates, exp2(score * FACTOR - LSEC) per head with LSEC from `select`,
-    keeps the TOPK best as `select` does, and writes them for every head of the group. The sum
+    keeps the TOPK best (ties: the lower chunk index) and writes them for every head of the group (mean
+    keys: BLOCK_C candidates at a time, merged into the best so far by one sort of their ranks). The sum
     is kept as its log2 (a running log-sum-exp over the heads): summed in float32, the
     probabilities of far-off chunks would underflow to ties at 0 that the reference ranks."""
     bj = tl.program_id(0)
@@ -82,9 +92,10 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
     c_own = (pid * BLOCK_M + Q_OFF) // CHUNK  # BLOCK_M divides CHUNK (decoding: one live row)
     offs_k = tl.arange(0, DK)
     slots = tl.arange(0, KSLOTS)
-    top_s = tl.where(slots[None, :] < TOPK, tl.full([BLOCK_M, KSLOTS], float("-inf"), tl.float32), float("inf"))
-    top_c = tl.full([BLOCK_M, KSLOTS], -1, tl.int32)
     in_tile = tl.arange(0, BLOCK_C)
+    # the BLOCK_C best so far as ranks, sorted descending (BLOCK_C: a multiple of KSLOTS); a tile
+    # of candidates merges in by one sort (cheaper than offering its chunks one at a time)
+    best = tl.full([BLOCK_M, BLOCK_C], NONE, tl.int64)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + in_tile
         m_sh = tl.full([BLOCK_M, BLOCK_C], float("-inf"), tl.float32)
@@ -102,18 +113,13 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
             z_sh = z_sh * tl.exp2(m_sh - m_safe) + tl.exp2(x - m_safe)
             m_sh = m_new
         tile = m_sh + tl.log2(z_sh)  # log2 of the group's summed probability, per chunk
-        for j in tl.static_range(BLOCK_C):  # offered one chunk at a time, in chunk order
-            share = tl.sum(tl.where(in_tile[None, :] == j, tile, 0.0), 1)
-            share = tl.where(c0 + j < c_own, share, float("-inf"))
-            # keep the k best: `share` replaces the weakest entry if strictly better; among equally weak
-            # entries the latest chunk goes first, so ties keep the lowest chunk index (a stable sort's order)
-            weakest = tl.min(top_s, 1)
-            at_min = top_s == weakest[:, None]
-            latest = tl.max(tl.where(at_min, top_c, -2), 1)
-            slot = tl.min(tl.where(at_min & (top_c == latest[:, None]), slots[None, :], KSLOTS), 1)
-            take = (share > weakest)[:, None] & (slots[None, :] == slot[:, None])
-            top_s = tl.where(take, share[:, None], top_s)
-            top_c = tl.where(take, c0 + j, top_c)
+        # the float's bits made order-preserving (+ 0.0: -0.0 ranks as 0.0, a tie), then the index reversed
+        bits = (tile + 0.0).to(tl.int32, bitcast=True)
+        ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order = float order
+        rank = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - cids[None, :]).to(tl.int64)
+        best = top16_chunk_07794f3eb46d_keep_best(best, tl.where(cids[None, :] < c_own, rank, NONE), BLOCK_M, BLOCK_C)
+    best = tl.max(tl.reshape(best, [BLOCK_M, BLOCK_C // KSLOTS, KSLOTS]), axis=1)  # the KSLOTS best (sorted)
+    top_c = tl.where(best == NONE, -1, 0x7FFFFFFF - (best & 0xFFFFFFFF).to(tl.int32))
     for g in range(SHARE):
         tl.store(SEL + ((b * H + h0 + g) * T_Q + rows[:, None]) * TOPK + slots[None, :], top_c,
                  mask=live[:, None] & (slots[None, :] < TOPK))

@@ -25,8 +25,9 @@ def top64_element_984cd1d58b60_ranks(q, K, b, hk, skb, skt, skh, n0, pos, live, 
     offs_k = tl.arange(0, DK)
     cols = n0 + tl.arange(0, KSLOTS)
     kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None], mask=cols[None, :] < T_K, other=0.0)
-    raw = tl.dot(q, kt, input_precision=PREC) + 0.0  # + 0.0: -0.0 ranks as 0.0 (a tie, as in the reference)
-    bits = raw.to(tl.int32, bitcast=True)
+    raw = tl.dot(q, kt, input_precision=PREC)
+    # the float's bits made order-preserving (+ 0.0: -0.0 ranks as 0.0, a tie), then the index reversed
+    bits = (raw + 0.0).to(tl.int32, bitcast=True)
     ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order = float order
     rank = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - cols[None, :]).to(tl.int64)
     return tl.where((cols[None, :] <= pos[:, None]) & (cols[None, :] < T_K) & live[:, None], rank, NONE)
