@@ -56,8 +56,9 @@ from seqdsl.kernels.element import triton_cdiv
 
 
 def _block_c() -> int:
-    """Mean keys per scan tile (Approx): 16 on the GPU (each is offered to the top-k list in
-    turn, unrolled); 2 under the interpreter, so that a CPU test's few chunks span several tiles."""
+    """Mean keys per scan tile (Approx): 16 on the GPU; 2 under the interpreter, so that a CPU
+    test's few chunks span several tiles. The selection kernels widen it to the top-k list's
+    width when that is wider (a tile merges into the list by one sort)."""
     return 2 if launch.interpreted() else 16
 
 
@@ -116,13 +117,14 @@ def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, w
     stats = with_stats or share > 1
     lsec = torch.empty(B * H, Tq if stats else 0, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device)
+    block_c = max(_block_c(), chunk_slots(K))  # mean keys: a tile merges into the running list of KSLOTS
     getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(Tq, bm))](
         q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=stats,
-        BLOCK_M=bm, BLOCK_C=_block_c(), **common)
-    if share > 1:  # mean keys: a tile of candidates merges into the running list, as wide (or a multiple)
+        BLOCK_M=bm, BLOCK_C=block_c, **common)
+    if share > 1:
         getattr(mod, f"{key.slug()}_select_shared")[(B * H // share, triton_cdiv(Tq, bm))](
             q, k, kbar, lsec, sel, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, BLOCK_M=bm,
-            BLOCK_C=max(_block_c(), chunk_slots(K)), **common)
+            BLOCK_C=block_c, **common)
         lsec = torch.empty(B * H, 0, dtype=torch.float32, device=q.device)  # kept for the STE only (none here)
     return sel, lsec, gate
 

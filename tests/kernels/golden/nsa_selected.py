@@ -22,6 +22,14 @@ GROUP_ROWS = tl.constexpr(16)  # a group tile's rows (its GROUP heads, padded)
 
 
 @triton.jit
+def top16_chunk_07794f3eb46d_keep_best(best, rank, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
+    """The BLOCK_C largest of the running list and a tile of ranks (both (BLOCK_M, BLOCK_C)), in
+    descending order: the two sorted together, the first half kept."""
+    both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * BLOCK_C]), dim=1, descending=True)
+    return tl.max(tl.reshape(both, [BLOCK_M, 2, BLOCK_C]), axis=1)  # sorted descending: position i >= i + BLOCK_C
+
+
+@triton.jit
 def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_Q, T_K, Q_OFF, H, WITH_STATS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -42,8 +50,6 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
     offs_k = tl.arange(0, DK)
     slots = tl.arange(0, KSLOTS)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-    top_s = tl.where(slots[None, :] < TOPK, tl.full([BLOCK_M, KSLOTS], float("-inf"), tl.float32), float("inf"))
-    top_c = tl.full([BLOCK_M, KSLOTS], -1, tl.int32)
     if WITH_STATS:
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
@@ -53,7 +59,7 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
         cids = c0 + in_tile
         kbt = tl.load(KBAR + b * sbb + hk * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
         tile = tl.dot(q32, kbt, input_precision=PREC)
-        if WITH_STATS:  # (always, shared) the candidates' log-sum-exp, the whole tile at once
+        if WITH_STATS:  # the candidates' log-sum-exp (select_shared's), the whole tile at once
             z = tl.where(cids[None, :] < c_own, tile * FACTOR, float("-inf"))
             m_new = tl.maximum(m_run, tl.max(z, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
@@ -62,14 +68,6 @@ def top16_chunk_07794f3eb46d_select(Q, K, KBAR, SEL, LSEC, GATE,
     if WITH_STATS:
         lsec = tl.where(z_run > 0, m_run + tl.log2(z_run), float("-inf"))
         tl.store(LSEC + bh * T_Q + rows, lsec, mask=live)
-
-
-@triton.jit
-def top16_chunk_07794f3eb46d_keep_best(best, rank, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The BLOCK_C largest of the running list and a tile of ranks (both (BLOCK_M, BLOCK_C)), in
-    descending order: the two sorted together, the first half kept."""
-    both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * BLOCK_C]), dim=1, descending=True)
-    return tl.max(tl.reshape(both, [BLOCK_M, 2, BLOCK_C]), axis=1)  # sorted descending: position i >= i + BLOCK_C
 
 
 @triton.jit

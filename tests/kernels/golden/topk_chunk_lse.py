@@ -50,11 +50,11 @@ def top4_chunk_7a969fb19f95_select(Q, K, KBAR, SEL, LSEC, GATE,
     offs_k = tl.arange(0, DK)
     slots = tl.arange(0, KSLOTS)
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
-    top_s = tl.where(slots[None, :] < TOPK, tl.full([BLOCK_M, KSLOTS], float("-inf"), tl.float32), float("inf"))
-    top_c = tl.full([BLOCK_M, KSLOTS], -1, tl.int32)
     if WITH_STATS:
         m_run = tl.full([BLOCK_M], float("-inf"), tl.float32)
         z_run = tl.zeros([BLOCK_M], tl.float32)
+    top_s = tl.where(slots[None, :] < TOPK, tl.full([BLOCK_M, KSLOTS], float("-inf"), tl.float32), float("inf"))
+    top_c = tl.full([BLOCK_M, KSLOTS], -1, tl.int32)
     for c in range(0, c_own):  # earlier chunks: every key visible, no mask
         cols = c * CHUNK + tl.arange(0, CHUNK)
         kt = tl.load(K + b * skb + hk * skh + cols[None, :] * skt + offs_k[:, None])
