@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from seqdsl.errors import SeqError
 from seqdsl.ir import support
-from seqdsl.ir.key import KernelKey, runs_topk_kernels, selection_group, shared_kv_group, sliding_window
+from seqdsl.ir.key import KernelKey, SelectKey, runs_topk_kernels, selection_group, shared_kv_group, sliding_window
 
 
 class Unsupported(SeqError):
@@ -59,6 +59,19 @@ def element_slots(k: int) -> int:
     return max(16, _pow2_at_least(k))
 
 
+# From this top-k list width on, the chunk selection by mean keys merges a tile of candidates
+# into its list by one sort instead of offering them one at a time (H200, 2026-11-28: at k = 16
+# the sort made the shared selection's forward 7.7 -> 6.3 ms at 8K; at k = 3 it made MoBA's
+# forward slower, 6.6 -> 8.1 ms at 64K; k 5 to 8, width 8, not measured)
+SORTED_SELECT_SLOTS = 8
+
+
+def sorted_select(sel: SelectKey) -> bool:
+    """Whether the top-k chunk kernels keep the running list of a mean-key selection as sorted
+    ranks (a tile merged by one sort) rather than offering each candidate (SORTED_SELECT_SLOTS)."""
+    return sel.score == "mean" and chunk_slots(sel.k) >= SORTED_SELECT_SLOTS
+
+
 def chunk_slots(k: int) -> int:
     """The top-k chunk kernels' running list: the power of two >= k (KSLOTS)."""
     return _pow2_at_least(k)
@@ -97,7 +110,7 @@ def plan(key: KernelKey) -> KernelPlan:
         # selection (support.triton refuses windows there)
         holes.update(chunk=sel.chunk, score=CHUNK_SCORES[sel.score], local=sel.local, topk=sel.k,
                      kslots=chunk_slots(sel.k), ste=sel.grad == "ste", sink=sel.sink,
-                     sink_block=support.sink_tile(sel), share=selection_group(key),
+                     sink_block=support.sink_tile(sel), share=selection_group(key), sorted_select=sorted_select(sel),
                      # the group's heads as one tile's rows (tl.dot takes 16 rows or more)
                      group_pass=support.group_attention(key), group_rows=max(16, _pow2_at_least(selection_group(key))))
         return KernelPlan("topk_chunk.py.jinja", tuple(holes.items()))

@@ -46,7 +46,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from seqdsl.codegen.choices import chunk_slots
+from seqdsl.codegen.choices import chunk_slots, sorted_select
 from seqdsl.ir.key import KernelKey, chunk_size, selection, selection_group
 from seqdsl.ir.support import attention_key, chunk_split, group_attention, sink_tile
 from seqdsl.kernels import launch
@@ -57,8 +57,8 @@ from seqdsl.kernels.element import triton_cdiv
 
 def _block_c() -> int:
     """Mean keys per scan tile (Approx): 16 on the GPU; 2 under the interpreter, so that a CPU
-    test's few chunks span several tiles. The selection kernels widen it to the top-k list's
-    width when that is wider (a tile merges into the list by one sort)."""
+    test's few chunks span several tiles. A sorted selection (codegen/choices.py, sorted_select)
+    widens it to the top-k list's width when that is wider (a tile merges into the list by one sort)."""
     return 2 if launch.interpreted() else 16
 
 
@@ -117,7 +117,8 @@ def _select(key: KernelKey, q: Tensor, k: Tensor, kbar: Tensor, q_offset: int, w
     stats = with_stats or share > 1
     lsec = torch.empty(B * H, Tq if stats else 0, dtype=torch.float32, device=q.device)
     gate = torch.empty(B * H, Tq if with_stats else 0, dtype=torch.float32, device=q.device)
-    block_c = max(_block_c(), chunk_slots(K))  # mean keys: a tile merges into the running list of KSLOTS
+    # a sorted selection merges a tile into the running list of KSLOTS (codegen/choices.py)
+    block_c = max(_block_c(), chunk_slots(K)) if sorted_select(selection(key)) else _block_c()
     getattr(mod, f"{key.slug()}_select")[(B * H, triton_cdiv(Tq, bm))](
         q, k, kbar, sel, lsec, gate, *launch.strides(q, k, kbar), Tq, k.shape[1], q_offset, H, WITH_STATS=stats,
         BLOCK_M=bm, BLOCK_C=block_c, **common)

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from seqdsl import codegen
+from seqdsl.codegen.choices import sorted_select
 from seqdsl.cli.main import main
 from seqdsl.ir import support
 from seqdsl.ir.key import runs_topk_kernels
@@ -59,7 +60,7 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
         expected |= {"chunk_lse"} if sel.score == "lse" else set()  # the chunk's score, a helper
         expected |= {"sink_bwd"} if sel.sink else set()
         expected |= {"select_shared"} if sel.share == "group" else set()
-        expected |= {"keep_best"} if sel.score == "mean" else set()  # mean keys: the selection's sorted merge
+        expected |= {"keep_best"} if sorted_select(sel) else set()  # mean keys, k > 4: the selection's sorted merge
     else:
         expected = {"select", "attn_fwd", "bwd_delta", "attn_bwd", "decode"}
         expected |= {"attn_local"} if sel.local else set()

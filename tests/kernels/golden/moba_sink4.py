@@ -16,17 +16,8 @@ CHUNK = tl.constexpr(128)
 TOPK = tl.constexpr(3)
 KSLOTS = tl.constexpr(4)  # the top-k list's width (slots past TOPK stay +inf: never replaced)
 GROUP = tl.constexpr(1)  # query heads per key/value head (the key's grouping)
-NONE = tl.constexpr(-9223372036854775807)  # below every chunk's rank: an empty slot
 SINK = tl.constexpr(4)  # sink tokens: the first SINK keys, attended besides the chunks
 SINK_BLOCK = tl.constexpr(16)  # the tile they are held in
-
-
-@triton.jit
-def top3_chunk_5714a9c96721_keep_best(best, rank, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr):
-    """The BLOCK_C largest of the running list and a tile of ranks (both (BLOCK_M, BLOCK_C)), in
-    descending order: the two sorted together, the first half kept."""
-    both = tl.sort(tl.reshape(tl.join(best, rank), [BLOCK_M, 2 * BLOCK_C]), dim=1, descending=True)
-    return tl.max(tl.reshape(both, [BLOCK_M, 2, BLOCK_C]), axis=1)  # sorted descending: position i >= i + BLOCK_C
 
 
 @triton.jit
@@ -51,20 +42,24 @@ def top3_chunk_5714a9c96721_select(Q, K, KBAR, SEL, LSEC, GATE,
     q = tl.load(Q + b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :], mask=live[:, None], other=0.0)
     q32 = q.to(tl.float32)
     in_tile = tl.arange(0, BLOCK_C)
-    # the BLOCK_C best so far as ranks, sorted descending (BLOCK_C: a multiple of KSLOTS); a tile
-    # of candidates merges in by one sort (cheaper than offering its chunks one at a time)
-    best = tl.full([BLOCK_M, BLOCK_C], NONE, tl.int64)
+    top_s = tl.where(slots[None, :] < TOPK, tl.full([BLOCK_M, KSLOTS], float("-inf"), tl.float32), float("inf"))
+    top_c = tl.full([BLOCK_M, KSLOTS], -1, tl.int32)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + in_tile
         kbt = tl.load(KBAR + b * sbb + hk * sbh + cids[None, :] * sbt + offs_k[:, None], mask=cids[None, :] < c_own, other=0.0)
         tile = tl.dot(q32, kbt, input_precision=PREC)
-        # the float's bits made order-preserving (+ 0.0: -0.0 ranks as 0.0, a tie), then the index reversed
-        bits = (tile + 0.0).to(tl.int32, bitcast=True)
-        ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)  # signed order = float order
-        rank = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - cids[None, :]).to(tl.int64)
-        best = top3_chunk_5714a9c96721_keep_best(best, tl.where(cids[None, :] < c_own, rank, NONE), BLOCK_M, BLOCK_C)
-    best = tl.max(tl.reshape(best, [BLOCK_M, BLOCK_C // KSLOTS, KSLOTS]), axis=1)  # the KSLOTS best (sorted)
-    top_c = tl.where(best == NONE, -1, 0x7FFFFFFF - (best & 0xFFFFFFFF).to(tl.int32))
+        for j in tl.static_range(BLOCK_C):  # offered one chunk at a time, in chunk order
+            score = tl.sum(tl.where(in_tile[None, :] == j, tile, 0.0), 1)
+            score = tl.where(c0 + j < c_own, score, float("-inf"))
+            # keep the k best: `score` replaces the weakest entry if strictly better; among equally weak
+            # entries the latest chunk goes first, so ties keep the lowest chunk index (a stable sort's order)
+            weakest = tl.min(top_s, 1)
+            at_min = top_s == weakest[:, None]
+            latest = tl.max(tl.where(at_min, top_c, -2), 1)
+            slot = tl.min(tl.where(at_min & (top_c == latest[:, None]), slots[None, :], KSLOTS), 1)
+            take = (score > weakest)[:, None] & (slots[None, :] == slot[:, None])
+            top_s = tl.where(take, score[:, None], top_s)
+            top_c = tl.where(take, c0 + j, top_c)
     tl.store(SEL + (bh * T_Q + rows[:, None]) * TOPK + slots[None, :], top_c, mask=live[:, None] & (slots[None, :] < TOPK))
 
 

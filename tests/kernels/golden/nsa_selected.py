@@ -92,7 +92,7 @@ def top16_chunk_07794f3eb46d_select_shared(Q, K, KBAR, LSEC, SEL,
     slots = tl.arange(0, KSLOTS)
     in_tile = tl.arange(0, BLOCK_C)
     # the BLOCK_C best so far as ranks, sorted descending (BLOCK_C: a multiple of KSLOTS); a tile
-    # of candidates merges in by one sort (cheaper than offering its chunks one at a time)
+    # of candidates merges in by one sort (k > 4: cheaper than offering its chunks one at a time)
     best = tl.full([BLOCK_M, BLOCK_C], NONE, tl.int64)
     for c0 in range(0, c_own, BLOCK_C):  # earlier chunks: complete, scored by their mean key
         cids = c0 + in_tile
