@@ -66,6 +66,10 @@ def topk_key(score: str, *, k: int, chunk: int = 16, local: bool = True, heads: 
          local=True, groups=(2, 2), dims=(16, 16), grad="ste")
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=34), k=1, chunk=16, length="odd", score="lse",
          local=False, groups=(2, 1), dims=(16, 16), grad="ste")
+# mean keys with k > 4: the selection keeps sorted ranks (codegen/choices.py, sorted_select); with
+# ties on the grid, the own chunk as a candidate and the STE gate's scores read back from the ranks
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=61), k=5, chunk=16, length="many", score="mean",
+         local=False, groups=(2, 2), dims=(16, 16), grad="ste")
 def test_topk_chunk_kernels_match_reference(kind, k, chunk, length, score, local, groups, dims, grad):
     T = {"short": chunk - 3, "k+1": 2 * chunk + 1, "odd": 3 * chunk - 5, "many": 6 * chunk + 7}[length]
     H, HK = groups
@@ -126,6 +130,9 @@ def test_sink_tokens_change_what_the_kernels_attend():
          groups=(4, 2), sink=5)
 @example(kind=dict(data="float", magnitude=1.0, duplicate=False, seed=53), k=1, length="odd", score="lse",
          groups=(3, 1), sink=0)
+# the sorted selection (mean keys, k > 4) on the grid's ties
+@example(kind=dict(data="grid", magnitude=1.0, duplicate=True, seed=62), k=5, length="many", score="mean",
+         groups=(4, 1), sink=0)
 def test_chunks_chosen_per_group_match_reference(kind, k, length, score, groups, sink):
     """share = group (NSA's shared selection): the heads of a key/value head rank the candidates by
     their summed softmaxes and attend the same chunks, against the float64 reference; outputs and
