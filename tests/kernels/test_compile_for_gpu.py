@@ -27,7 +27,7 @@ def _keys():
     element (windowed with sinks, both backward layouts), top-k element (all keys; a window and sinks;
     the STE, hard and soft),
     chunk Exact/Approx with and without the gate and the own chunk, top-k chunk with each score and
-    gradient, grouped heads, chunks chosen per key/value group."""
+    gradient, grouped heads, chunks chosen per key/value group, the sorted selection (k > 4)."""
     element = variant("top1_element", dk=16, dv=16)
     yield "element", element, 2, 0
     yield "element_fused_dq", element, 2, 1
@@ -52,8 +52,14 @@ def _keys():
             for local in (True, False):
                 yield (f"{base}_top3_{grad}_{'local' if local else 'no_local'}",
                        variant(base, dk=16, dv=32, chunk=16, k=3, grad=grad, local=local), 2, 0)
-        # chunks chosen per key/value group (NSA's shared selection): select_shared
+        # chunks chosen per key/value group (NSA's shared selection): select_shared, and with two
+        # query heads on each key/value head the attention per (query, group)
         yield f"{base}_top3_shared", variant(base, dk=16, dv=32, chunk=16, k=3, grad="none", share="group"), 2, 0
+    # mean keys with k > 4: the selection's sorted ranks (codegen/choices.py, sorted_select), with the
+    # own chunk as a candidate and the STE gate's scores read back; and chosen per group
+    yield "approx_top8_ste_no_local", variant("top1_chunk_approx", dk=16, dv=32, chunk=16, k=8, local=False), 2, 0
+    yield "approx_top8_shared", variant("top1_chunk_approx", dk=16, dv=32, chunk=16, k=8, grad="none",
+                                        share="group"), 2, 0
     yield "lse_top3_shared", variant("top1_chunk_exact", dk=16, dv=32, chunk=16, k=3, grad="none", score="lse",
                                      share="group"), 1, 0
 
