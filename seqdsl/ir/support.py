@@ -280,6 +280,21 @@ def triton_recurrent(key: KernelKey) -> Support:
     return Support("triton", "triton.delta_chunk")
 
 
+# --- stage (1): the causal convolution (Triton) --------------------------------------------------------
+
+CONV_MAX_TAPS = 16  # kernels/causal_conv.py unrolls its taps
+
+
+def causal_conv(size: int) -> Support:
+    """The depthwise causal conv with SiLU of stage (1), `conv = causal(size)`, in one Triton
+    kernel per direction (kernels/causal_conv.py) for calls from position 0; a call with a past
+    (decoding) runs the reference taps (seqdsl/reference/conv.py), as the plan's reason says."""
+    if size > CONV_MAX_TAPS:
+        return _no("triton", f"a causal conv of {size} taps: the kernel unrolls its taps, up to {CONV_MAX_TAPS}",
+                   ("conv",), f"`conv = causal({CONV_MAX_TAPS})` or shorter")
+    return Support("triton", "triton.causal_conv")
+
+
 # --- mamba-ssm (docs/mamba.md) ------------------------------------------------------------------------
 
 

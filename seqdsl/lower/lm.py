@@ -242,7 +242,7 @@ class LanguageModel(nn.Module):
         never runs, on the way to its first step."""
         device = torch.device(device)
         tokens = torch.zeros(1, 2, dtype=torch.long, device=device)
-        choosers = [mixer.paths for mixer in self.mixers()]
+        choosers = [chooser for mixer in self.mixers() for chooser in mixer.path_choosers()]
         for chooser in choosers:
             chooser.planning_only = True
         try:
@@ -260,7 +260,11 @@ class LanguageModel(nn.Module):
         rows = []
         for i, mixer in enumerate(self.mixers()):
             plan = mixer.paths.chosen.get(device.type) or mixer.paths.plan(device)
-            rows.append((i, mixer.spec.name, plan.op, plan.reason))
+            reason = plan.reason
+            if mixer.conv_path is not None:
+                conv = mixer.conv_path.chosen.get(device.type) or mixer.conv_path.plan(device)
+                reason += f"; causal conv: {conv.op} ({conv.reason})"
+            rows.append((i, mixer.spec.name, plan.op, reason))
         return rows
 
 

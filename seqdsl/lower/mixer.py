@@ -31,6 +31,7 @@ from seqdsl.ir.conflicts import conflicts
 from seqdsl.ir.key import dense_at
 from seqdsl.ir.layout import LayoutError
 from seqdsl.ir.plan import MixerPlan, mixer_plan
+from seqdsl.lower.conv_path import ConvPath
 from seqdsl.lower.paths import PathChooser
 from seqdsl.lower.stages import (
     FRESH, AttentionMixing, InputStage, MixerState, OutputStage, RecurrentMixing, RelationStage)
@@ -57,12 +58,13 @@ class MixerModule(nn.Module):
         inputs, relation, mixing, output = plan.stages
         # the stages register their parameters here, in the order of the stages (checkpoints and
         # the seed-0 initialisation depend on it: tests/lower/test_lowering_unchanged.py)
-        self.inputs = InputStage(inputs, lay, self)
+        self.inputs = InputStage(inputs, lay, self, name=mixer.name)
         self.relation = RelationStage(relation, lay, self, context=context, layer=layer)
         family = AttentionMixing if plan.key.family in ("softmax", "select") else RecurrentMixing
         self.mixing = family(mixing, lay, self)
         self.output = OutputStage(output, lay, self)
         self.paths = PathChooser(self.key, mixer.name, dense=dense_at(self.key, context))
+        self.conv_path = self.inputs.conv_path  # stage (1)'s causal conv, planned like stage (3)
         self.reset_mixing_parameters()
 
     @torch.no_grad()
@@ -94,6 +96,10 @@ class MixerModule(nn.Module):
         if not keep_state:
             return o, None
         return o, replace(state, pos=state.pos + T, conv=projected.conv, shift=projected.shift, **changes)
+
+    def path_choosers(self) -> list[PathChooser | ConvPath]:
+        """What plans this mixer's paths: stage (3)'s chooser and, with a conv, stage (1)'s."""
+        return [self.paths] + ([self.conv_path] if self.conv_path is not None else [])
 
     @property
     def per_position(self) -> bool:

@@ -64,6 +64,7 @@ from seqdsl.errors import SeqError
 from seqdsl.ir import support
 from seqdsl.ir.key import Dense, KernelKey
 from seqdsl.lower import backends, verdicts
+from seqdsl.lower.conv_path import ConvPath
 from seqdsl.lower.backends import mamba, sdpa
 from seqdsl.lower.backends.base import BackendName, Plan
 from seqdsl.lower.backends.reference import CHUNKED, RECURRENT
@@ -280,10 +281,10 @@ def set_path(model: torch.nn.Module, path: str | None) -> None:
     if path is not None and path not in FORCEABLE:
         raise ValueError(f"cannot force path {path!r}; choose one of {FORCEABLE}")
     for sub in model.modules():
-        chooser = getattr(sub, "paths", None)
-        if isinstance(chooser, PathChooser):
-            chooser.force = path
-            chooser.reset()
+        for chooser in (getattr(sub, "paths", None), getattr(sub, "conv_path", None)):
+            if isinstance(chooser, (PathChooser, ConvPath)):  # a forced path runs the reference conv
+                chooser.force = path
+                chooser.reset()
 
 
 def _race(key: KernelKey, passed: list[support.Support], dtype: torch.dtype, device: torch.device) -> dict[str, float]:

@@ -40,6 +40,7 @@ from seqdsl.ir import plan as ir
 from seqdsl.ir.layout import HeadLayout
 from seqdsl.lower import init
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+from seqdsl.lower.conv_path import ConvPath
 from seqdsl.lower.paths import PathChooser
 from seqdsl.reference.attention import alibi_slopes, bias_dtype, repeat_heads, rope
 from seqdsl.reference.features import feature_map
@@ -96,8 +97,11 @@ class Projected:
 
 
 class InputStage:
-    def __init__(self, plan: ir.Inputs, layout: HeadLayout, owner: nn.Module):
+    """`name` is the mixer's, for the conv path's messages."""
+
+    def __init__(self, plan: ir.Inputs, layout: HeadLayout, owner: nn.Module, *, name: str):
         self.plan, self.layout = plan, layout
+        self.conv_path = None if plan.conv is None else ConvPath(plan.conv, plan.channels, name)
         if plan.shift:
             owner.register_parameter("shift_mix", nn.Parameter(torch.full((3, plan.width), 0.5)))
         for p in plan.projections:
@@ -138,24 +142,10 @@ class InputStage:
 
     def _conv(self, m: nn.Module, u: Tensor, state: MixerState) -> tuple[Tensor, Tensor | None]:
         """Depthwise causal conv over time, then SiLU, with the last size-1 inputs carried across
-        calls. A sum over the taps in the (B, T, C) layout, on every device: F.conv1d wants
-        (B, C, T), and its transposes and depthwise kernels cost as much on a GPU as the taps
-        fused by inductor, and far more on a CPU for decoding's few tokens (docs/mamba.md, the
-        fourth GPU round). The taps are summed in float32 (at least) and the output keeps the
-        input's dtype, as mamba's causal_conv1d does: left promoted by the float32 weight, bf16
-        activations would stay float32, and every op after the convolution (mamba's SSD kernels
-        among them) would run in float32 under autocast."""
-        size = self.plan.conv
-        if size is None:
+        calls (seqdsl/reference/conv.py), on the path `conv_path` planned."""
+        if self.conv_path is None:
             return u, None
-        weight = m.get_parameter("conv_weight")
-        B, T, C = u.shape
-        past = state.conv if state.conv is not None else u.new_zeros(B, size - 1, C)
-        full = torch.cat([past, u], dim=1)  # (B, size-1+T, C)
-        out = full[:, :T] * weight[:, 0]
-        for s in range(1, size):
-            out = out + full[:, s:s + T] * weight[:, s]
-        return F.silu(out).to(u.dtype), full[:, full.shape[1] - (size - 1):]
+        return self.conv_path(u, m.get_parameter("conv_weight"), state.conv)
 
     def reset(self, m: nn.Module, recipe: ir.Recipe, layer: int, n_layers: int) -> None:
         if self.plan.shift:
