@@ -54,25 +54,11 @@ def _forward(U, W, Y, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.
 
 
 @triton.jit
-def _gate_grad(U, DY, W, base, p, c, cm, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
-    """g_p = dy_p silu'(a_p) at the positions p (zero past T), a_p recomputed from u."""
-    a = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    for s in tl.static_range(S):
-        src = p + (s - (S - 1))
-        w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
-        keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
-        a += tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32) * w[None, :]
-    inside = (p < T)[:, None] & cm[None, :]
-    dy = tl.load(DY + base + p[:, None] * C + c[None, :], mask=inside, other=0.0).to(tl.float32)
-    sig = tl.sigmoid(a)
-    return dy * sig * (1.0 + a * (1.0 - sig))
-
-
-@triton.jit
-def _backward(U, W, DY, DU, DWP, T, C, SPAN, S: tl.constexpr, S_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
-              BLOCK_C: tl.constexpr):
-    """Program (j, cb, b) owns rows j*SPAN .. (j+1)*SPAN-1 of sequence b and one block of
-    channels: du for those rows, and its share of dw, written to DWP[b * n_spans + j]."""
+def _gate_backward(U, W, DY, G, DWP, T, C, SPAN, S: tl.constexpr, S_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
+                   BLOCK_C: tl.constexpr):
+    """g = dy silu'(a) (float32) and dw's share of program (j, cb, b), which owns rows
+    j*SPAN .. (j+1)*SPAN-1 of sequence b and one block of channels: a and dw read the same
+    shifted inputs, so each is loaded once. dw's share goes to DWP[b * n_spans + j]."""
     j = tl.program_id(0)
     b = tl.program_id(2).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -83,27 +69,53 @@ def _backward(U, W, DY, DU, DWP, T, C, SPAN, S: tl.constexpr, S_POW2: tl.constex
     dw = tl.zeros((BLOCK_C, S_POW2), dtype=tl.float32)
     for start in range(j * SPAN, tl.minimum(j * SPAN + SPAN, T), BLOCK_T):
         t = start + rows
-        du = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-        for r in tl.static_range(S):  # y_(t+r) reads u_t through tap S-1-r
-            g = _gate_grad(U, DY, W, base, t + r, c, cm, T, C, S, BLOCK_T, BLOCK_C)
-            w = tl.load(W + c * S + (S - 1 - r), mask=cm, other=0.0).to(tl.float32)
-            du += g * w[None, :]
-            if r == 0:
-                for s in tl.static_range(S):
-                    src = t + (s - (S - 1))
-                    keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
-                    x = tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32)
-                    part = tl.sum(g * x, axis=0)  # (BLOCK_C,)
-                    dw += tl.where(taps[None, :] == s, part[:, None], 0.0)
-        tl.store(DU + base + t[:, None] * C + c[None, :], du.to(DU.dtype.element_ty),
-                 mask=(t < T)[:, None] & cm[None, :])
+        inside = (t < T)[:, None] & cm[None, :]
+        a = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+        for s in tl.static_range(S):
+            src = t + (s - (S - 1))
+            w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
+            keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
+            a += tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32) * w[None, :]
+        dy = tl.load(DY + base + t[:, None] * C + c[None, :], mask=inside, other=0.0).to(tl.float32)
+        sig = tl.sigmoid(a)
+        g = dy * sig * (1.0 + a * (1.0 - sig))
+        tl.store(G + base + t[:, None] * C + c[None, :], g, mask=inside)
+        for s in tl.static_range(S):  # the same shifted loads as a's: cache hits
+            src = t + (s - (S - 1))
+            keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
+            x = tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32)
+            dw += tl.where(taps[None, :] == s, tl.sum(g * x, axis=0)[:, None], 0.0)
     program = b * tl.num_programs(0) + j
     tl.store(DWP + program * C * S + c[:, None] * S + taps[None, :], dw, mask=cm[:, None] & (taps < S)[None, :])
 
 
-def _blocks() -> tuple[int, int]:
-    """(rows, channels) per tile: small under the interpreter (CPU tests)."""
-    return (16, 16) if launch.interpreted() else (32, 64)
+@triton.jit
+def _input_backward(G, W, DU, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """du_t = sum_s w_s g_(t+(S-1)-s): the forward's taps, reversed, over g."""
+    b = tl.program_id(2).to(tl.int64)
+    t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
+    cm = c < C
+    base = b * T * C
+    du = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+    for s in tl.static_range(S):
+        src = t + (S - 1 - s)
+        w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
+        du += tl.load(G + base + src[:, None] * C + c[None, :], mask=(src < T)[:, None] & cm[None, :],
+                      other=0.0) * w[None, :]
+    tl.store(DU + base + t[:, None] * C + c[None, :], du.to(DU.dtype.element_ty), mask=(t < T)[:, None] & cm[None, :])
+
+
+def _config(site: str) -> dict:
+    """Tiles and launch options of `site` ("conv.fwd", "conv.bwd"): small under the interpreter
+    (CPU tests), else these defaults or SEQDSL_TOP1_TILES's (kernels/launch.py)."""
+    if launch.interpreted():
+        return {"BLOCK_T": 16, "BLOCK_C": 16, "SPAN": 32, "num_warps": 1}
+    # conv.fwd: the fastest of bench_conv.py's sweep at Mamba-2's 16 x 2048 x 1792 (H200, 2026-11-28)
+    defaults = {"conv.fwd": {"BLOCK_T": 64, "BLOCK_C": 128, "num_warps": 4},
+                "conv.bwd": {"BLOCK_T": 32, "BLOCK_C": 64, "SPAN": 256, "num_warps": 4},
+                "conv.bwd_du": {"BLOCK_T": 64, "BLOCK_C": 128, "num_warps": 4}}
+    return launch.tuned(site, defaults[site])
 
 
 def _checked(u: Tensor, weight: Tensor) -> tuple[int, int, int, int]:
@@ -124,25 +136,33 @@ def forward(u: Tensor, weight: Tensor) -> Tensor:
     """y (B, T, C) in u's dtype; u and weight contiguous."""
     B, T, C, S = _checked(u, weight)
     y = torch.empty_like(u)
-    BT, BC = _blocks()
-    _forward[(triton.cdiv(T, BT), triton.cdiv(C, BC), B)](u, weight, y, T, C, S=S, BLOCK_T=BT, BLOCK_C=BC,
-                                                         num_warps=4)
+    cfg = _config("conv.fwd")
+    _launch(_forward, (triton.cdiv(T, cfg["BLOCK_T"]), triton.cdiv(C, cfg["BLOCK_C"]), B), u, weight, y, T, C,
+            cfg=cfg, S=S)
     return y
 
 
-SPAN = 256  # rows per backward program: dw's partial sums are (B * T / SPAN, C, S) floats
+def _launch(kernel, grid, *args, cfg: dict, **constants) -> None:
+    options = {"num_warps": cfg["num_warps"], **({"num_stages": cfg["num_stages"]} if "num_stages" in cfg else {})}
+    kernel[grid](*args, BLOCK_T=cfg["BLOCK_T"], BLOCK_C=cfg["BLOCK_C"], **constants, **options)
 
 
 def backward(u: Tensor, weight: Tensor, dy: Tensor) -> tuple[Tensor, Tensor]:
-    """(du in u's dtype, dw in weight's dtype); all three contiguous."""
+    """(du in u's dtype, dw in weight's dtype); all three contiguous. Two passes: g and dw, then
+    du from g (g in float32, B x T x C, between them). One pass that recomputed a at the S
+    positions each du reads took 1.38 ms at Mamba-2's shape, against 1.18 ms for inductor's
+    kernels of the reference (bench_conv.py, H200, 2026-11-28)."""
     B, T, C, S = _checked(u, weight)
-    BT, BC = _blocks()
-    span = max(BT, SPAN if not launch.interpreted() else 2 * BT)
-    spans = triton.cdiv(T, span)
-    du = torch.empty_like(u)
+    cfg = _config("conv.bwd")
+    spans = triton.cdiv(T, cfg["SPAN"])  # dw's partial sums: (B * T / SPAN, C, S)
+    g = torch.empty(B, T, C, dtype=torch.float32, device=u.device)
     parts = torch.empty(B * spans, C, S, dtype=torch.float32, device=u.device)
-    _backward[(spans, triton.cdiv(C, BC), B)](u, weight, dy, du, parts, T, C, span, S=S, S_POW2=triton.next_power_of_2(S),
-                                             BLOCK_T=BT, BLOCK_C=BC, num_warps=4)
+    _launch(_gate_backward, (spans, triton.cdiv(C, cfg["BLOCK_C"]), B), u, weight, dy, g, parts, T, C, cfg["SPAN"],
+            cfg=cfg, S=S, S_POW2=triton.next_power_of_2(S))
+    du = torch.empty_like(u)
+    cfg = _config("conv.bwd_du")
+    _launch(_input_backward, (triton.cdiv(T, cfg["BLOCK_T"]), triton.cdiv(C, cfg["BLOCK_C"]), B), g, weight, du, T, C,
+            cfg=cfg, S=S)
     return du, parts.sum(0).to(weight.dtype)
 
 

@@ -165,6 +165,12 @@ SITES = {
     # the STE gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
     "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
     "topk_chunk.group": dict(_OPTS),  # the per-group kernels (kernels/topk_chunk.py): a tile is the group's heads
+    # the causal conv (kernels/causal_conv.py): rows x channels per tile; the backward's first
+    # pass (g and dw) gives each program SPAN rows (dw's partial sums are per program), its
+    # second (du from g) is the forward's shape
+    "conv.fwd": {"BLOCK_T": _TILE, "BLOCK_C": _TILE, **_OPTS},
+    "conv.bwd": {"BLOCK_T": _TILE, "BLOCK_C": _TILE, "SPAN": (64, 128, 256, 512, 1024, 2048), **_OPTS},
+    "conv.bwd_du": {"BLOCK_T": _TILE, "BLOCK_C": _TILE, **_OPTS},
 }
 
 
@@ -174,7 +180,8 @@ class TileOverrideError(SeqError):
 
 # what a site's kernels assume of its tiles together
 _RULES = {"element.bwd_dkdv": (lambda c: c["BLOCK_N"] % c["BLOCK_M"] == 0,
-                               "BLOCK_M must divide BLOCK_N (its diagonal query tiles end where the key block ends)")}
+                               "BLOCK_M must divide BLOCK_N (its diagonal query tiles end where the key block ends)"),
+          "conv.bwd": (lambda c: c["SPAN"] % c["BLOCK_T"] == 0, "BLOCK_T must divide SPAN (a program's rows)")}
 
 
 def tuned(site: str, cfg: dict) -> dict:

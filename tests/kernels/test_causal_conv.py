@@ -186,10 +186,10 @@ def test_the_conv_kernels_compile_for_sm90():
     with record(launches), mock.patch.object(launch, "interpreted", lambda: False):
         for dtype, S in ((torch.float32, 4), (torch.bfloat16, 4), (torch.float32, 3)):
             conv_errors(1, 40, 20, S, dtype)
-    assert {entry["name"] for entry in launches} == {"_forward", "_backward"}
+    assert {entry["name"] for entry in launches} == {"_forward", "_gate_backward", "_input_backward"}
     result = compile_all(launches)
     assert not result["failed"], "\n\n".join(f"{f['name']} {f['constants']}:\n{f['error']}" for f in result["failed"])
-    assert result["compiled"] == len(launches) == 6
+    assert result["compiled"] == len(launches) == 9
 
 
 # --- on a GPU ---------------------------------------------------------------------------------------
