@@ -111,9 +111,10 @@ def _config(site: str) -> dict:
     (CPU tests), else these defaults or SEQDSL_TOP1_TILES's (kernels/launch.py)."""
     if launch.interpreted():
         return {"BLOCK_T": 16, "BLOCK_C": 16, "SPAN": 32, "num_warps": 1}
-    # conv.fwd: the fastest of bench_conv.py's sweep at Mamba-2's 16 x 2048 x 1792 (H200, 2026-11-28)
+    # conv.fwd and conv.bwd: the fastest of bench_conv.py's sweeps at Mamba-2's 16 x 2048 x 1792
+    # (H200, 2026-11-28; benchmarks/results/conv_h200_2026-11-28/)
     defaults = {"conv.fwd": {"BLOCK_T": 64, "BLOCK_C": 128, "num_warps": 4},
-                "conv.bwd": {"BLOCK_T": 32, "BLOCK_C": 64, "SPAN": 256, "num_warps": 4},
+                "conv.bwd": {"BLOCK_T": 64, "BLOCK_C": 128, "SPAN": 512, "num_warps": 4},
                 "conv.bwd_du": {"BLOCK_T": 64, "BLOCK_C": 128, "num_warps": 4}}
     return launch.tuned(site, defaults[site])
 
