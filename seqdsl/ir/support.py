@@ -286,8 +286,8 @@ CONV_MAX_TAPS = 16  # kernels/causal_conv.py unrolls its taps
 
 
 def causal_conv(size: int) -> Support:
-    """The depthwise causal conv with SiLU of stage (1), `conv = causal(size)`, in one Triton
-    kernel per direction (kernels/causal_conv.py) for calls from position 0; a call with a past
+    """The depthwise causal conv with SiLU of stage (1), `conv = causal(size)`, in Triton kernels
+    (kernels/causal_conv.py: one forward, two backward) for calls from position 0; a call with a past
     (decoding) runs the reference taps (seqdsl/reference/conv.py), as the plan's reason says."""
     if size > CONV_MAX_TAPS:
         return _no("triton", f"a causal conv of {size} taps: the kernel unrolls its taps, up to {CONV_MAX_TAPS}",

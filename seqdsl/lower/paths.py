@@ -46,6 +46,9 @@ refuse, self-check and run). A backend never picks another; what it does with a 
 kernel does not take is part of how it runs (the mamba backend runs single decoding steps on the
 reference step, as its docs say).
 
+Stage (1)'s causal conv is planned the same way, per (device, dtype), in seqdsl/lower/conv_path.py
+(`triton.causal_conv` or the reference taps); `set_path` and SEQDSL_PATH force it too.
+
 `set_path(module, "reference")` forces the oracle everywhere (tests, debugging);
 "reference.recurrent" / "reference.chunked" force one form of the recurrent oracle. The
 environment variable SEQDSL_PATH does the same for every mixer built afterwards.
