@@ -234,3 +234,27 @@ def dense_at_context(ctx: MixerContext):
         f"dense: {dense.reason} ({ctx.context_from}): this is causal softmax attention, planned as "
         f"such on SDPA (past {dense.upto} tokens the restriction applies again)",
         ctx.span(*where), "the restriction does not restrict at this context", fix)
+
+
+@rule("W007", "conv-reference", "W", "warning")
+def conv_on_reference(ctx: MixerContext):
+    """A causal conv longer than the Triton kernel takes runs on its reference taps.
+
+    Why: stage (1)'s short depthwise causal conv with SiLU (`conv = causal(n)`: Mamba, Mamba-2,
+    DeltaNet, Based) runs as a Triton kernel on CUDA (kernels/causal_conv.py), which unrolls its
+    taps, up to 16 of them. A longer filter is still correct, but runs as PyTorch ops, one
+    shifted product per tap, forward and backward: slower in training, more so the longer the
+    filter. The limit is the conv's support table (seqdsl/ir/support.py: causal_conv), which the
+    planner (seqdsl/lower/conv_path.py) reads too.
+
+    Paper: the short convolutions of Mamba and its relatives have 4 taps.
+
+    Fix: `conv = causal(16)` or shorter; a filter as long as the sequence is a long convolution,
+    not in the language yet."""
+    conv = ctx.mixer.conv
+    if not isinstance(conv, nodes.CausalConv):
+        return
+    offer = support.causal_conv(conv.size)
+    if not offer.ok:
+        yield Finding(f"{offer.reason}; the reference taps (PyTorch) are used", ctx.span(*offer.slot),
+                      "speed: one shifted product per tap, forward and backward", offer.fix)

@@ -291,7 +291,7 @@ def causal_conv(size: int) -> Support:
     (decoding) runs the reference taps (seqdsl/reference/conv.py), as the plan's reason says."""
     if size > CONV_MAX_TAPS:
         return _no("triton", f"a causal conv of {size} taps: the kernel unrolls its taps, up to {CONV_MAX_TAPS}",
-                   ("conv",), f"`conv = causal({CONV_MAX_TAPS})` or shorter")
+                   ("conv", "size"), f"`conv = causal({CONV_MAX_TAPS})` or shorter")
     return Support("triton", "triton.causal_conv")
 
 

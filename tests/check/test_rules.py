@@ -357,3 +357,15 @@ def test_a_model_no_preset_can_resize_is_told_at_check_time():
     assert "no halving of head_dim 96 divides 128" in found[0].message
     assert report.verdict == "fail" and report.models == {"lm": "fail"}  # V004/N001, as before
     assert "M004" not in codes(check("    head_dim = 64\n    weights = linear"))
+
+
+# --- W007: a conv longer than the Triton kernel takes ---------------------------------------------------
+
+
+def test_a_conv_longer_than_the_kernel_takes_is_a_speed_warning_at_its_size():
+    assert "W007" not in codes(check("    conv = causal(4)"))
+    assert "W007" not in codes(check("    conv = causal(16)"))
+    d = only(check("    conv = causal(17)"), "W007")
+    assert "17 taps" in d.message and "reference taps" in d.message and d.severity == "warning"
+    assert "causal(16)" in d.fix
+    assert d.span.line_text[d.span.column - 1:d.span.end_column - 1] == "17", d.span  # the caret under the size
