@@ -5,7 +5,7 @@ ran before the kernel), at Mamba-2's 110m shape, forward and forward + backward.
     python benchmarks/bench_conv.py [--batch 16] [--seq 2048] [--channels 1792] [--taps 4]
                                     [--dtype bf16] [--sweep] [--out FILE.json]
 
-Times are CUDA-event medians of 20 runs after 3 warm-ups. "GB/s" counts the bytes a pass must
+Times are CUDA-event medians within a second's budget after a warm-up (bench_top1.py: bench). "GB/s" counts the bytes a pass must
 move at least (forward: u in, y out; backward: u and dy in, du out), so it reads against the
 GPU's memory bandwidth. --sweep also times the kernel's tile settings (SEQDSL_TOP1_TILES sites
 conv.fwd, conv.bwd, conv.bwd_du; each checked against the reference) and reports the fastest. Prints the
@@ -27,24 +27,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_top1 import bench  # noqa: E402
 from seqdsl.kernels import causal_conv, launch  # noqa: E402
 from seqdsl.reference.conv import causal_conv_silu  # noqa: E402
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-
-
-def median_ms(fn, runs: int = 20, warmup: int = 3) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(runs):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        torch.cuda.synchronize()
-        times.append(start.elapsed_time(end))
-    return sorted(times)[len(times) // 2]
 
 
 def timings(conv, u, w, dy) -> dict[str, float]:
@@ -57,7 +44,8 @@ def timings(conv, u, w, dy) -> dict[str, float]:
         y = conv(u, w)
         torch.autograd.backward(y, dy)
 
-    return {"fwd": median_ms(forward), "fwd+bwd": median_ms(both)}
+    device = torch.device("cuda")
+    return {"fwd": bench(forward, device), "fwd+bwd": bench(both, device)}
 
 
 def errors(conv, u, w, dy) -> float:

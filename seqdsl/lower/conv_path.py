@@ -15,7 +15,6 @@ is logged once and reported with the mixer's path (`LanguageModel.describe_paths
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 
@@ -25,37 +24,21 @@ from torch import Tensor
 from seqdsl.ir import support
 from seqdsl.lower import verdicts
 from seqdsl.lower.backends.base import BackendName, Plan
+from seqdsl.lower.planning import Planner
 from seqdsl.reference import conv as conv_ref
 from seqdsl.reference import selfcheck
-
-log = logging.getLogger("seqdsl")
 
 OP = "triton.causal_conv"
 # norm-relative: float32 sums the same taps in another order; 16-bit rounds y, du once
 TOLERANCE = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 
-class ConvPath:
+class ConvPath(Planner):
+    subject = "causal conv"
+
     def __init__(self, size: int, channels: int, name: str):
+        super().__init__(name, os.environ.get("SEQDSL_PATH") or None)  # any forced path: the reference
         self.size, self.channels = size, channels
-        self.name = name  # the mixer's name, for messages
-        self.force: str | None = os.environ.get("SEQDSL_PATH") or None  # any forced path: the reference
-        self.planning_only = False  # as PathChooser.planning_only: plan, then run the reference
-        self.chosen: dict[str, Plan] = {}
-        self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
-
-    def reset(self) -> None:
-        self.chosen.clear()
-        self._plans.clear()
-
-    def plan(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Plan:
-        """The conv's path on `device` for inputs of `dtype`; `dtype = None` (`seqdsl lower`):
-        the static facts only, no self-check."""
-        device = torch.device(device)
-        cache_key = (str(device), dtype)
-        if cache_key not in self._plans:
-            self._plans[cache_key] = self._make_plan(device, dtype)
-        return self._plans[cache_key]
 
     def _make_plan(self, device: torch.device, dtype: torch.dtype | None) -> Plan:
         if self.force is not None:
@@ -84,26 +67,12 @@ class ConvPath:
 
     def __call__(self, u: Tensor, weight: Tensor, past: Tensor | None) -> tuple[Tensor, Tensor]:
         """(silu(causal conv of u), the last size-1 inputs: the next call's past)."""
-        plan = self._plan_call(u)
+        plan = self.plan_call(u)
         if plan.backend is BackendName.TRITON and past is None and not self.planning_only:
             from seqdsl.kernels import causal_conv
 
             return causal_conv.causal_conv_silu(u, weight), conv_ref.last_inputs(u, None, self.size)
         return conv_ref.causal_conv_silu(u, weight, past)
-
-    def _plan_call(self, u: Tensor) -> Plan:
-        if torch.compiler.is_compiling():  # planning cannot be traced: read the eager call's plan
-            choice = self._plans.get((str(u.device), u.dtype))
-            if choice is None:  # a builtin exception: dynamo cannot trace SeqError's constructor
-                raise RuntimeError(f"mixer {self.name}: torch.compile traced its causal conv on {u.device} in "
-                                   f"{u.dtype} before its path was planned; call LanguageModel.plan_paths(device, "
-                                   f"autocast_dtype) before the first compiled step")
-            return choice
-        choice = self.plan(u.device, u.dtype)
-        if self.chosen.get(u.device.type) != choice:
-            self.chosen[u.device.type] = choice
-            log.info("mixer %s on %s: causal conv on %s (%s)", self.name, u.device.type, choice.op, choice.reason)
-        return choice
 
 
 def _reference(reason: str) -> Plan:

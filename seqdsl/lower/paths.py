@@ -56,7 +56,6 @@ environment variable SEQDSL_PATH does the same for every mixer built afterwards.
 
 from __future__ import annotations
 
-import logging
 import os
 import warnings
 
@@ -72,10 +71,9 @@ from seqdsl.lower.backends import mamba, sdpa
 from seqdsl.lower.backends.base import BackendName, Plan
 from seqdsl.lower.backends.reference import CHUNKED, RECURRENT
 from seqdsl.lower.inputs import AttentionInputs, RecurrentInputs
+from seqdsl.lower.planning import Planner
 from seqdsl.reference import recurrent as rec_ref
 from seqdsl.reference import selfcheck
-
-log = logging.getLogger("seqdsl")
 
 FORCEABLE = ("reference", "reference.recurrent", "reference.chunked")
 
@@ -105,18 +103,11 @@ def _backend(offer: support.Support) -> BackendName:
     return BackendName(offer.backend)
 
 
-class PathChooser:
+class PathChooser(Planner):
     def __init__(self, key: KernelKey, name: str, dense: Dense | None = None):
+        super().__init__(name, _forced_from_env())
         self.key = key
-        self.name = name  # the mixer's name, for messages
         self.dense = dense  # plain causal attention within the context (seqdsl.ir.key.dense_at)
-        self.force: str | None = _forced_from_env()
-        # set by LanguageModel.plan_paths for its throwaway two-token forward: the plans are made
-        # (self-checks and all), then the call runs the reference, not the planned kernel, which
-        # would compile (and autotune) for a two-token shape that training never runs
-        self.planning_only = False
-        self.chosen: dict[str, Plan] = {}
-        self._plans: dict[tuple[str, torch.dtype | None], Plan] = {}
         self._top1: object = None  # the generated kernels, bound when a plan picks them
         # (device, dtype) plans on a mamba path whose decoding steps passed the state-update self-check
         self._mamba_steps: set[tuple[str, torch.dtype]] = set()
@@ -130,18 +121,8 @@ class PathChooser:
         return list(self._plans)
 
     def reset(self) -> None:
-        self.chosen.clear()
-        self._plans.clear()
+        super().reset()
         self._mamba_steps.clear()
-
-    def plan(self, device: torch.device | str, dtype: torch.dtype | None = None) -> Plan:
-        """The path this mixer takes on `device` for inputs of `dtype`. With `dtype = None`
-        (`seqdsl lower`), only the static facts are consulted: no self-check is run."""
-        device = torch.device(device)
-        cache_key = (str(device), dtype)
-        if cache_key not in self._plans:
-            self._plans[cache_key] = self._make_plan(device, dtype)
-        return self._plans[cache_key]
 
     def _make_plan(self, device: torch.device, dtype: torch.dtype | None) -> Plan:
         key = self.key
@@ -233,35 +214,16 @@ class PathChooser:
                       f"here ({detail}); decoding steps run the reference recurrent step instead", stacklevel=6)
         return f"; decoding steps: the reference recurrent step (selective_state_update failed its self-check: {detail})"
 
-    def _record(self, device: torch.device, choice: Plan) -> None:
-        if self.chosen.get(device.type) != choice:
-            self.chosen[device.type] = choice
-            log.info("mixer %s on %s: %s (%s)", self.name, device.type, choice.op, choice.reason)
-
-    def _plan_call(self, q: Tensor) -> Plan:
-        if torch.compiler.is_compiling():
-            # Planning runs self-checks, times kernels and logs: none of that can be traced, so a
-            # compiled forward only reads the plan an eager call made (LanguageModel.plan_paths).
-            choice = self._plans.get((str(q.device), q.dtype))
-            if choice is None:  # a builtin exception: dynamo cannot trace SeqError's constructor
-                raise RuntimeError(f"mixer {self.name}: torch.compile traced a call on {q.device} in {q.dtype} "
-                                   f"before its path was planned; call LanguageModel.plan_paths(device, "
-                                   f"autocast_dtype) before the first compiled step")
-            return choice
-        choice = self.plan(q.device, q.dtype)
-        self._record(q.device, choice)
-        return choice
-
     def attention(self, m: AttentionInputs) -> Tensor:
         """Softmax and select families, on the planned backend."""
-        plan = self._plan_call(m.q)
+        plan = self.plan_call(m.q)
         if self.planning_only:
             return backends.REFERENCE.attend(self.key, "reference", m, dense=self.dense)
         return backends.ATTENTION[plan.backend].attend(self.key, plan.op, m, dense=self.dense, kernels=self._top1)
 
     def recurrent(self, m: RecurrentInputs, S: Tensor | None) -> tuple[Tensor, Tensor]:
         """Recurrent family, on the planned backend."""
-        plan = self._plan_call(m.q)
+        plan = self.plan_call(m.q)
         if self.planning_only:
             return backends.REFERENCE.recur(self.key, CHUNKED, m, S)
         # a decoding step may take the plan's own step kernel when that passed its self-check
