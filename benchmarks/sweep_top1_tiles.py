@@ -1,7 +1,7 @@
 """Tile sizes of the Top-1 kernels, swept per launch site on this GPU: forward + backward time of
 each setting against the default's in the same run, every setting's outputs checked.
 
-    python benchmarks/sweep_top1_tiles.py [--kernels top1_element,top1_chunk_exact,top1_chunk_approx]
+    python benchmarks/sweep_top1_tiles.py [--kernels top1_element,top1_chunk_exact,top1_chunk_approx,topk:moba_k3_c128]
                                           [--lengths 8192,32768] [--dims 64] [--tokens 131072]
                                           [--sites element.bwd_dkdv,...] [--where FUSE_DQ=1]
                                           [--budget-s 420] [--out DIR]
@@ -59,6 +59,11 @@ CANDIDATES = {
 SMOKE = {site: [(16, None if site.startswith("chunk") else 32, 4, 1)] for site in CANDIDATES}
 SITES_OF = {"top1_element": [s for s in CANDIDATES if s.startswith("element")],
             "top1_chunk_exact": ["chunk.fwd", "chunk.bwd"], "top1_chunk_approx": ["chunk.fwd", "chunk.bwd", "chunk.gate"]}
+# the top-k chunk cases of benchmarks/bench_topk.py (`--kernels topk:moba_k3_c128`): each head its own
+# key/value head, grad = none (as bench_topk times them)
+TOPK_SITES = ["topk_chunk.fwd", "topk_chunk.bwd"]
+CANDIDATES.update({site: _CHUNK for site in TOPK_SITES})
+SMOKE.update({site: [(16, None, 4, 1)] for site in TOPK_SITES})
 
 
 def fields(cand: tuple | dict) -> dict:
@@ -99,7 +104,7 @@ def _rel(x, y) -> float:
 def sweep(args, device) -> list[dict]:
     import torch
 
-    from benchmarks.bench_top1 import bench, case_inputs, keys
+    from benchmarks.bench_top1 import bench, case_inputs
     from seqdsl.kernels import launch, top1
 
     dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
@@ -110,9 +115,7 @@ def sweep(args, device) -> list[dict]:
     for T in (int(x) for x in args.lengths.split(",")):
         for dim in (int(x) for x in args.dims.split(",")):
             B, H, q, k, v, do = case_inputs(T, dim, args.tokens, device, dtype, smoke=args.smoke)
-            for name, key in keys(dim, args.chunk).items():
-                if name not in args.kernels.split(","):
-                    continue
+            for name, key in _kernel_keys(args.kernels.split(","), dim, args.chunk, H).items():
                 kernel = top1.bind(key)
 
                 def step():
@@ -127,7 +130,7 @@ def sweep(args, device) -> list[dict]:
                 default_ms = bench(step, device)
                 rows.append({**base, "site": "default", "tiles": {}, "ms": default_ms, "speedup": 1.0, "diff": 0.0})
                 print(json.dumps(rows[-1]), flush=True)
-                for site in SITES_OF[name]:
+                for site in SITES_OF.get(name, TOPK_SITES):
                     chosen = [c for c in candidates[site] if matches(c, args.where)]
                     for cand in chosen if not wanted or site in wanted else []:
                         if time.perf_counter() - start > args.budget_s:
@@ -153,6 +156,25 @@ def sweep(args, device) -> list[dict]:
             if device.type == "cuda":
                 torch.cuda.empty_cache()
     return rows
+
+
+def _kernel_keys(names: list[str], dim: int, chunk: int, heads: int) -> dict:
+    """{name: kernel key} of the asked kernels: bench_top1's Top-1 keys, and topk:CASE for a
+    non-grouped case of bench_topk.py."""
+    from benchmarks.bench_top1 import keys
+    from benchmarks.bench_topk import CASES, generated_key
+
+    top1_keys = keys(dim, chunk)
+    out = {}
+    for name in names:
+        if name.startswith("topk:"):
+            case = CASES.get(name[5:])
+            if case is None or case.gqa:
+                raise SystemExit(f"sweep_top1_tiles: {name}: not a top-k case with a key/value head per query head")
+            out[name] = generated_key(case, dim, heads, heads)
+        elif name in top1_keys:
+            out[name] = top1_keys[name]
+    return out
 
 
 def best(rows: list[dict]) -> list[dict]:

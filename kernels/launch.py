@@ -164,7 +164,12 @@ SITES = {
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
     # the STE gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
     "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
-    "topk_chunk.group": dict(_OPTS),  # the per-group kernels (kernels/topk_chunk.py): a tile is the group's heads
+    # the top-k chunk kernels (kernels/topk_chunk.py): the forward's (select, attn_fwd, merge),
+    # the backward's (attn_bwd, dq_sum), the STE gate's; the per-group kernels (a tile is the group's heads)
+    "topk_chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},
+    "topk_chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
+    "topk_chunk.gate": {"BLOCK_M": _TILE, **_OPTS},
+    "topk_chunk.group": dict(_OPTS),
     # the causal conv (kernels/causal_conv.py): rows x channels per tile; the backward's first
     # pass (g and dw) gives each program SPAN rows (dw's partial sums are per program), its
     # second (du from g) is the forward's shape
@@ -186,6 +191,8 @@ _RULES = {"element.bwd_dkdv": (lambda c: c["BLOCK_N"] % c["BLOCK_M"] == 0,
 
 def tuned(site: str, cfg: dict) -> dict:
     """`cfg` with the fields SEQDSL_TOP1_TILES sets for `site` (unset: `cfg` itself)."""
+    if site not in SITES:  # a site the override could never name (it refuses unknown sites)
+        raise ValueError(f"launch site {site!r} is not in kernels/launch.py: SITES")
     raw = os.environ.get(TILES_ENV, "")
     if not raw.strip():
         return cfg

@@ -22,8 +22,8 @@ Steps (kernels of the module `seqdsl.codegen.render(key)` produced, except the m
                            queries (local on) and of each pair that selected it (float32, per pair)
               sink_bwd  -> (sink = n) per query block: the sink keys' dq part, and the block's part
                            of their dk, dv [summed over blocks and into dk, dv, torch]
-              [dq       -> the pairs' parts summed over the slots, plus the own chunk's, the
-                           gate's and the sinks', torch]
+              dq_sum    -> dq: the pairs' parts over the slots, plus the own chunk's, the
+                           gate's and the sinks' [those two added first, torch], rounded once
 Chunks chosen per key/value group (`share = group`, seqdsl/ir/support.py `group_attention`):
     forward   select    -> lsec only: each head's log-sum-exp over its candidates
               select_shared -> sel: the group's ranking (summed softmax), every head's row
@@ -183,7 +183,8 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         return _group_backward(attend, q, k, v, do, delta, saved, cfg)
     local = selection(attend).local
     dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
-    dq_pairs = torch.zeros(B * H, T * K, Dk, dtype=torch.float32, device=q.device)  # unused pairs stay 0
+    # every pair with a chosen chunk is written; `dq_sum` skips the empty slots (sel = -1)
+    dq_pairs = torch.empty(B * H, T * K, Dk, dtype=torch.float32, device=q.device)
     dk, dv = torch.empty_like(k), torch.empty_like(v)  # each key chunk's program writes its rows
     ste = selection(key).grad == "ste"
     # STE: the gate's dk first (float32), which attn_bwd adds to its own before its one store
@@ -192,15 +193,16 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
         q, k, v, do, saved["lse"], delta, saved["perm"], saved["starts"], dq_own, dq_pairs,
         *(() if gate is None else (gate[1],)), dk, dv, *launch.strides(q, k, v, do), T, H, n_chunks,
         BLOCK_M=block_m(attend, cfg), PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
-    dq = dq_pairs.view(B, H, T, K, Dk).sum(3).transpose(1, 2)  # (B, T, H, Dk) float32, strided
-    if local:
-        dq = dq + dq_own
-    if gate is not None:
-        dq = dq + gate[0]
+    extra = gate[0] if gate is not None else None  # float32 parts with q's strides
     if selection(attend).sink:
-        dq = dq + _sinks(attend, mod, q, k, v, do, delta, saved, dk, dv, cfg)
-    # q's layout, as the op's fake implementation promises (torch.compile traces with it)
-    return dq.contiguous().to(q.dtype), dk, dv
+        sunk = _sinks(attend, mod, q, k, v, do, delta, saved, dk, dv, cfg)
+        extra = sunk if extra is None else extra + sunk
+    dq = torch.empty_like(q)  # q is contiguous (top1.py): the layout the op's fake implementation promises
+    bm = block_m(attend, cfg)
+    getattr(mod, f"{name}_dq_sum")[(triton_cdiv(T, bm), B * H)](
+        dq_pairs, saved["sel"], *((dq_own,) if local else ()), dq if extra is None else extra, dq,
+        *launch.strides(dq), T, H, HAS_ADD=extra is not None, BLOCK_M=bm)
+    return dq, dk, dv
 
 
 def _group_backward(attend: KernelKey, q: Tensor, k: Tensor, v: Tensor, do: Tensor, delta: Tensor, saved: dict,

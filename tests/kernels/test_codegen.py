@@ -55,7 +55,7 @@ def test_rendered_source_is_python_with_the_expected_kernels(spec):
     elif runs_topk_kernels(sel):  # top-k chunks (and lse): decoding runs the forward's kernels with one query
         # per (query, key/value group) when the group chooses together and shares keys, else per pair
         expected = {"select", "bwd_delta", "attn_bwd"}
-        expected |= {"group_fwd", "group_dq"} if support.group_attention(key) else {"attn_fwd", "merge"}
+        expected |= {"group_fwd", "group_dq"} if support.group_attention(key) else {"attn_fwd", "merge", "dq_sum"}
         expected |= {"gate_dq", "gate_dk"} if sel.grad == "ste" else set()
         expected |= {"chunk_lse"} if sel.score == "lse" else set()  # the chunk's score, a helper
         expected |= {"sink_bwd"} if sel.sink else set()

@@ -253,6 +253,32 @@ def top4_chunk_7a969fb19f95_attn_bwd(Q, K, V, DO, LSE, DELTA, PERM, STARTS, DQ, 
 
 
 @triton.jit
+def top4_chunk_7a969fb19f95_dq_sum(DQ_SEL, SEL, DQ, DQ_ADD, DQ_OUT, sqb, sqt, sqh,
+        T_K, H, HAS_ADD: tl.constexpr, BLOCK_M: tl.constexpr):
+    """One program: BLOCK_M queries of one (batch, head). dq in one pass, rounded once to q's
+    dtype: the parts of the pairs that chose a chunk (an empty slot's part is unwritten: SEL says
+    which), the own chunk's (DQ) and, with HAS_ADD, DQ_ADD (float32, q's strides: the
+    gate's and the sink tokens' parts)."""
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    rows = pid * BLOCK_M + tl.arange(0, BLOCK_M)
+    live = rows < T_K
+    offs_k = tl.arange(0, DK)
+    at = b * sqb + h * sqh + rows[:, None] * sqt + offs_k[None, :]
+    acc = tl.zeros([BLOCK_M, DK], tl.float32)
+    for s in tl.static_range(TOPK):
+        pair = (bh * T_K + rows) * TOPK + s
+        chosen = tl.load(SEL + pair, mask=live, other=-1) >= 0
+        acc += tl.load(DQ_SEL + pair[:, None] * DK + offs_k[None, :], mask=chosen[:, None], other=0.0)
+    acc += tl.load(DQ + at, mask=live[:, None], other=0.0).to(tl.float32)
+    if HAS_ADD:
+        acc += tl.load(DQ_ADD + at, mask=live[:, None], other=0.0)
+    tl.store(DQ_OUT + at, acc.to(DQ_OUT.dtype.element_ty), mask=live[:, None])
+
+
+@triton.jit
 def top4_chunk_7a969fb19f95_gate_dq(Q, K, KBAR, SEL, LSEC, GATE, DELTA, DQG,
         sqb, sqt, sqh, skb, skt, skh, sbb, sbt, sbh,
         T_K, H, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr, PREC: tl.constexpr):
