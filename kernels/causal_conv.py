@@ -37,19 +37,31 @@ DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 @triton.jit
+def _shifted(U, base, t, c, cm, T, C, shift):
+    """u at rows t + shift of one sequence (0 outside 0..T-1), float32 (BLOCK_T, BLOCK_C)."""
+    src = t + shift
+    keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
+    return tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _preactivation(U, W, base, t, c, cm, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
+    """a_t = sum_s w_s u_(t+s-(S-1)) for rows t and channels c, float32."""
+    a = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
+    for s in tl.static_range(S):
+        w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
+        a += _shifted(U, base, t, c, cm, T, C, s - (S - 1)) * w[None, :]
+    return a
+
+
+@triton.jit
 def _forward(U, W, Y, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     b = tl.program_id(2).to(tl.int64)
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
     cm = c < C
     base = b * T * C
-    a = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-    for s in tl.static_range(S):
-        src = t + (s - (S - 1))
-        w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
-        keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
-        x = tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32)
-        a += x * w[None, :]
+    a = _preactivation(U, W, base, t, c, cm, T, C, S, BLOCK_T, BLOCK_C)
     y = a * tl.sigmoid(a)
     tl.store(Y + base + t[:, None] * C + c[None, :], y.to(Y.dtype.element_ty), mask=(t < T)[:, None] & cm[None, :])
 
@@ -58,8 +70,8 @@ def _forward(U, W, Y, T, C, S: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.
 def _gate_backward(U, W, DY, G, DWP, T, C, SPAN, S: tl.constexpr, S_POW2: tl.constexpr, BLOCK_T: tl.constexpr,
                    BLOCK_C: tl.constexpr):
     """g = dy silu'(a) (float32) and dw's share of program (j, cb, b), which owns rows
-    j*SPAN .. (j+1)*SPAN-1 of sequence b and one block of channels: a and dw read the same
-    shifted inputs, so each is loaded once. dw's share goes to DWP[b * n_spans + j]."""
+    j*SPAN .. (j+1)*SPAN-1 of sequence b and one block of channels: dw reads the shifted inputs
+    a read just before (cache hits). dw's share goes to DWP[b * n_spans + j]."""
     j = tl.program_id(0)
     b = tl.program_id(2).to(tl.int64)
     c = tl.program_id(1) * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -71,20 +83,13 @@ def _gate_backward(U, W, DY, G, DWP, T, C, SPAN, S: tl.constexpr, S_POW2: tl.con
     for start in range(j * SPAN, tl.minimum(j * SPAN + SPAN, T), BLOCK_T):
         t = start + rows
         inside = (t < T)[:, None] & cm[None, :]
-        a = tl.zeros((BLOCK_T, BLOCK_C), dtype=tl.float32)
-        for s in tl.static_range(S):
-            src = t + (s - (S - 1))
-            w = tl.load(W + c * S + s, mask=cm, other=0.0).to(tl.float32)
-            keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
-            a += tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32) * w[None, :]
+        a = _preactivation(U, W, base, t, c, cm, T, C, S, BLOCK_T, BLOCK_C)
         dy = tl.load(DY + base + t[:, None] * C + c[None, :], mask=inside, other=0.0).to(tl.float32)
         sig = tl.sigmoid(a)
         g = dy * sig * (1.0 + a * (1.0 - sig))
         tl.store(G + base + t[:, None] * C + c[None, :], g, mask=inside)
-        for s in tl.static_range(S):  # the same shifted loads as a's: cache hits
-            src = t + (s - (S - 1))
-            keep = ((src >= 0) & (src < T))[:, None] & cm[None, :]
-            x = tl.load(U + base + src[:, None] * C + c[None, :], mask=keep, other=0.0).to(tl.float32)
+        for s in tl.static_range(S):
+            x = _shifted(U, base, t, c, cm, T, C, s - (S - 1))
             dw += tl.where(taps[None, :] == s, tl.sum(g * x, axis=0)[:, None], 0.0)
     program = b * tl.num_programs(0) + j
     tl.store(DWP + program * C * S + c[:, None] * S + taps[None, :], dw, mask=cm[:, None] & (taps < S)[None, :])

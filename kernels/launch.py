@@ -73,6 +73,21 @@ def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
                 num_stages=1 if wide else 3)
 
 
+def topk_tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
+    """Tiles of the top-k chunk kernels' forward (select, attn_fwd, merge: train False) and
+    backward (attn_bwd, dq_sum: train True): the Top-1 chunk kernels' (`tiles`), except at D <= 64
+    in half precision, where benchmarks/sweep_top1_tiles.py found faster (H200, 2026-11-28, MoBA
+    k 3 of 128, 16 x 2048 and 4 x 8192 tokens, 12 heads; docs/kernels.md): the forward with 32
+    queries a tile, 4 warps, one stage (1.06x the forward's default at 2K, 1.01x at 8K), the
+    backward with 8 warps (1.12x at 2K with 3 stages)."""
+    cfg = tiles(dim, dtype, train=train)
+    if interpreted() or dtype == torch.float32 or dim > 64:
+        return cfg
+    if train:
+        return {**cfg, "num_warps": 8, "num_stages": 3}
+    return {**cfg, "BLOCK_M": 32, "num_warps": 4, "num_stages": 1}
+
+
 def backward_tiles(dim: int, dtype: torch.dtype) -> tuple[dict, dict]:
     """(dk/dv kernel, dq kernel) tiles for the element backward: the kernel that holds keys takes
     many keys and few queries per step, the one that holds queries the reverse (the shapes of

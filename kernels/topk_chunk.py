@@ -70,7 +70,7 @@ def forward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, *, q_offset: int = 
     Chunks longer than a tile are chosen whole and attended as tiles (`attention_key`): sel,
     perm and starts are then the tiles'."""
     B, Tq, H, Dk = q.shape
-    cfg = launch.tuned("topk_chunk.fwd", launch.tiles(Dk, q.dtype, train=False))
+    cfg = launch.tuned("topk_chunk.fwd", launch.topk_tiles(Dk, q.dtype, train=False))
     common = dict(PREC=launch.precision(q.dtype), **launch.launch_opts(cfg))
     kbar = kbar_for(key, k)
     sel, lsec, gate = _select(key, q, k, kbar, q_offset, with_stats, cfg, common)
@@ -178,7 +178,7 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     n_chunks = triton_cdiv(T, chunk_size(selection(attend)))
     do = do.contiguous()
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o)
-    cfg = launch.tuned("topk_chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
+    cfg = launch.tuned("topk_chunk.bwd", launch.topk_tiles(Dk, q.dtype, train=True))
     if group_attention(attend):
         return _group_backward(attend, q, k, v, do, delta, saved, cfg)
     local = selection(attend).local
