@@ -104,3 +104,35 @@ def test_gate_slices_and_mean_key_tiles_partition_the_queries_exactly(monkeypatc
     errors = top1.compare(key, *make_inputs(1, 600, 1, 16, 16, data="grid", magnitude=1.0, seed=5, duplicate=False))
     assert max(errors.values()) <= TOL[torch.float32], errors
     assert any(site == "chunk.gate" and cfg["SPLIT_ROWS"] == 256 for site, cfg in seen)
+
+
+def test_every_launch_site_the_runtimes_name_is_known():
+    """`tuned` refuses a site SITES lacks (the override could never reach it): each kernel module's
+    sites are in SITES (the top-k chunk kernels' were not, and their tiles could not be swept)."""
+    import re
+    from pathlib import Path
+
+    named = set()
+    for path in (Path(__file__).resolve().parents[2] / "kernels").glob("*.py"):
+        named |= set(re.findall(r'tuned\("([a-z_0-9]+\.[a-z_0-9]+)"', path.read_text()))
+    assert {"topk_chunk.fwd", "topk_chunk.bwd", "topk_chunk.gate", "element.fwd"} <= named
+    assert named <= set(launch.SITES)
+    with pytest.raises(ValueError, match="not in kernels/launch.py"):
+        launch.tuned("topk_chunk.nowhere", {})
+
+
+@pytest.mark.parametrize("n_buckets", [1, 5, 254, 255, 300, 32766, 32767, 40000])
+def test_bucket_groups_rows_by_id_stably_whatever_the_key_width(n_buckets):
+    """launch.bucket sorts ids + 1 in the narrowest integer type (uint8, int16, int32): the same
+    stable grouping as an int64 sort, with -1 rows first and each id's start."""
+    gen = torch.Generator().manual_seed(n_buckets)
+    high = min(n_buckets, 7) if n_buckets < 255 else n_buckets  # few ids: many ties, stability shows
+    ids = torch.randint(-1, high, (3, 500), generator=gen, dtype=torch.int32)
+    ids[0, :4] = n_buckets - 1  # the largest id, where a narrow key would wrap
+    perm, starts = launch.bucket(ids, n_buckets)
+    want = torch.sort(ids.long(), dim=-1, stable=True).indices
+    assert perm.dtype == starts.dtype == torch.int32
+    assert torch.equal(perm.long(), want)
+    # starts[c]: the rows before id c's, i.e. the -1 rows and ids below c (the last: every row)
+    counts = torch.stack([torch.bincount(row.long() + 1, minlength=n_buckets + 1) for row in ids])
+    assert torch.equal(starts.long(), counts.cumsum(1))
