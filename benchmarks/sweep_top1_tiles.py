@@ -61,7 +61,7 @@ SITES_OF = {"top1_element": [s for s in CANDIDATES if s.startswith("element")],
             "top1_chunk_exact": ["chunk.fwd", "chunk.bwd"], "top1_chunk_approx": ["chunk.fwd", "chunk.bwd", "chunk.gate"]}
 # the top-k chunk cases of benchmarks/bench_topk.py (`--kernels topk:moba_k3_c128`): each head its own
 # key/value head, grad = none (as bench_topk times them)
-TOPK_SITES = ["topk_chunk.fwd", "topk_chunk.bwd"]
+TOPK_SITES = ["topk_chunk.select", "topk_chunk.fwd", "topk_chunk.bwd"]
 CANDIDATES.update({site: _CHUNK for site in TOPK_SITES})
 SMOKE.update({site: [(16, None, 4, 1)] for site in TOPK_SITES})
 
