@@ -209,7 +209,8 @@ MUTANTS = (
            'return min(i + 1, window)', tests=('tests/eval/test_flops_measured.py',)),
     # 2026-11-27 (issue 22): what the start-up and Mamba-2 speed work relies on
     Mutant('conv_promotes_to_float32', "the convolution's float32 weight promotes bf16 activations (mamba's SSD in float32)",
-           'seqdsl/lower/stages.py', 'return F.silu(out).to(u.dtype), full', 'return F.silu(out), full',
+           'seqdsl/reference/conv.py', 'return F.silu(out).to(u.dtype), last_inputs(u, past, size)',
+           'return F.silu(out), last_inputs(u, past, size)',
            tests=('tests/lower/test_lowering_contract.py',)),
     Mutant('block_scope_per_block', 'the block scope compiles a graph per block (a per-block constant in the traced body)',
            'seqdsl/lower/lm.py', 'return block(x, _FRESH, keep_state=False)[0]',
@@ -255,6 +256,12 @@ MUTANTS = (
     Mutant('topk_gate_ignores_the_selection', "top-k chunk STE (Approx): dq's gate term as if no chunk were selected",
            'codegen/templates/topk_chunk.py.jinja', '(picked - g[:, None])', '(0.0 - g[:, None])',
            tests=('tests/kernels/test_topk_kernels.py',)),
+    Mutant('topk_dq_sum_reads_empty_slots', "top-k chunk dq_sum: an empty slot's (unwritten) dq part is added",
+           'codegen/templates/topk_chunk.py.jinja', 'chosen = tl.load(SEL + pair, mask=live, other=-1) >= 0',
+           'chosen = live', tests=('tests/kernels/test_topk_kernels.py',)),
+    Mutant('topk_dq_sum_drops_own_chunk', "top-k chunk dq_sum: the own chunk's dq part is left out",
+           'codegen/templates/topk_chunk.py.jinja', 'acc += tl.load(DQ + at, mask=live[:, None], other=0.0)',
+           'acc += 0.0 * tl.load(DQ + at, mask=live[:, None], other=0.0)', tests=('tests/kernels/test_topk_kernels.py',)),
     Mutant('topk_long_chunk_own_tiles_dropped', "top-k over chunks longer than a tile: the own chunk's last earlier "
            "tile is not attended", 'kernels/topk_chunk.py', 'torch.where(earlier < own_tile[:, None], earlier, -1)',
            'torch.where(earlier < own_tile[:, None] - 1, earlier, -1)', tests=('tests/kernels/test_topk_kernels.py',)),
