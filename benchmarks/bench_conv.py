@@ -3,13 +3,13 @@ reference taps (seqdsl/reference/conv.py), eager and compiled by inductor (what 
 ran before the kernel), at Mamba-2's 110m shape, forward and forward + backward.
 
     python benchmarks/bench_conv.py [--batch 16] [--seq 2048] [--channels 1792] [--taps 4]
-                                    [--dtype bf16] [--sweep] [--out FILE.json]
+                                    [--dtype bf16] [--sweep] [--out DIR | FILE.json]
 
 Times are CUDA-event medians within a second's budget after a warm-up (bench_top1.py: bench). "GB/s" counts the bytes a pass must
 move at least (forward: u in, y out; backward: u and dy in, du out), so it reads against the
 GPU's memory bandwidth. --sweep also times the kernel's tile settings (SEQDSL_TOP1_TILES sites
 conv.fwd, conv.bwd, conv.bwd_du; each checked against the reference) and reports the fastest. Prints the
-tables and writes JSON (default benchmarks/results/bench_conv_<device>_<date>.json).
+tables and writes JSON (bench_conv_<device>_<date>.json in --out's folder, default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -90,7 +90,7 @@ def main() -> None:
     ap.add_argument("--taps", type=int, default=4)
     ap.add_argument("--dtype", choices=DTYPES, default="bf16")
     ap.add_argument("--sweep", action="store_true")
-    ap.add_argument("--out", type=Path)
+    ap.add_argument("--out", type=Path, help="a folder (default benchmarks/results) or a .json file")
     args = ap.parse_args()
     if not torch.cuda.is_available():
         sys.exit("bench_conv.py needs a CUDA GPU")
@@ -136,8 +136,9 @@ def main() -> None:
             print(f"{site}: {len(timed)} settings timed, {len(failed)} failed; fastest by {measure}:")
             for r in best:
                 print("   ", {k: v for k, v in r.items() if k not in ("fwd", "fwd+bwd")}, f"{r[measure]:.3f} ms")
-    out = args.out or ROOT / "benchmarks" / "results" / \
-        f"bench_conv_{device.split()[-1].lower()}_{datetime.date.today().isoformat()}.json"
+    out = args.out or ROOT / "benchmarks" / "results"
+    if out.suffix != ".json":  # a folder, as the other benchmarks take
+        out = out / f"bench_conv_{device.split()[-1].lower()}_{datetime.date.today().isoformat()}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(record, indent=1, default=str))
     print(f"wrote {out}")

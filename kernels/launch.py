@@ -75,11 +75,11 @@ def tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
 
 def topk_tiles(dim: int, dtype: torch.dtype, *, train: bool) -> dict:
     """Tiles of the top-k chunk kernels' forward attention (attn_fwd, merge: train False) and
-    backward (attn_bwd, dq_sum: train True): the Top-1 chunk kernels' (`tiles`), except at D <= 64
-    in half precision, where benchmarks/sweep_top1_tiles.py found faster (H200, 2026-11-28, MoBA
-    k 3 of 128, 16 x 2048 and 4 x 8192 tokens, 12 heads; docs/kernels.md): the forward with 32
-    queries a tile, 4 warps, one stage (1.06x the forward's default at 2K, 1.01x at 8K), the
-    backward with 8 warps (1.12x at 2K with 3 stages)."""
+    backward over pairs (attn_bwd, dq_sum, sink_bwd: train True): the Top-1 chunk kernels'
+    (`tiles`), except at D <= 64 in half precision, where benchmarks/sweep_top1_tiles.py found
+    faster (H200, 2026-11-28, MoBA k 3 of 128, 16 x 2048 and 4 x 8192 tokens, 12 heads;
+    docs/kernels.md): the forward with 32 queries a tile, 4 warps, one stage (1.06x the forward's
+    default at 2K, 1.01x at 8K), the backward with 8 warps (1.12x at 2K with 3 stages)."""
     cfg = tiles(dim, dtype, train=train)
     if interpreted() or dtype == torch.float32 or dim > 64:
         return cfg
@@ -183,9 +183,9 @@ SITES = {
     "chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},
     # the STE gate kernels: SPLIT_ROWS is a multiple of every BLOCK_M they take (<= the chunk)
     "chunk.gate": {"BLOCK_M": _TILE, "BLOCK_C": (16, 32, 64, 128), "SPLIT_ROWS": (256, 512, 1024, 2048, 4096), **_OPTS},
-    # the top-k chunk kernels (kernels/topk_chunk.py): the selection's (select, select_shared), the
-    # forward's attention (attn_fwd, merge),
-    # the backward's (attn_bwd, dq_sum), the STE gate's; the per-group kernels (a tile is the group's heads)
+    # the top-k chunk kernels (kernels/topk_chunk.py): the selection (select, select_shared), the
+    # forward's attention (attn_fwd, merge), the backward (attn_bwd, dq_sum, sink_bwd), the STE
+    # gate (gate_dq, gate_dk), and the per-group kernels (a tile is the group's heads)
     "topk_chunk.select": {"BLOCK_M": _TILE, **_OPTS},
     "topk_chunk.fwd": {"BLOCK_M": _TILE, **_OPTS},
     "topk_chunk.bwd": {"BLOCK_M": _TILE, **_OPTS},

@@ -182,9 +182,10 @@ def backward(key: KernelKey, q: Tensor, k: Tensor, v: Tensor, o: Tensor, do: Ten
     n_chunks = triton_cdiv(T, chunk_size(selection(attend)))
     do = do.contiguous()
     delta, _ = launch.delta(getattr(mod, f"{name}_bwd_delta"), do, o)
-    cfg = launch.tuned("topk_chunk.bwd", launch.topk_tiles(Dk, q.dtype, train=True))
-    if group_attention(attend):
+    if group_attention(attend):  # its attn_bwd keeps the Top-1 chunk tiles: the sweep timed the pair path
+        cfg = launch.tuned("topk_chunk.bwd", launch.tiles(Dk, q.dtype, train=True))
         return _group_backward(attend, q, k, v, do, delta, saved, cfg)
+    cfg = launch.tuned("topk_chunk.bwd", launch.topk_tiles(Dk, q.dtype, train=True))
     local = selection(attend).local
     dq_own = torch.empty_like(q) if local else q.new_empty(0)  # each own chunk's program writes its rows
     # every pair with a chosen chunk is written; `dq_sum` skips the empty slots (sel = -1)
