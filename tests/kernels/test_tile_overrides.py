@@ -41,6 +41,9 @@ FUSED_DQ = {"element.bwd_dkdv": {"BLOCK_M": 16, "BLOCK_N": 64, "FUSE_DQ": 1}}
 CHUNK = {"chunk.fwd": {"BLOCK_M": 32}, "chunk.bwd": {"BLOCK_M": 32, "num_warps": 8}}
 # the gate kernels' own site: 16 mean keys per tile, 32-query blocks, 256-query slices of gate_dkbar
 GATE = {**CHUNK, "chunk.gate": {"BLOCK_M": 32, "BLOCK_C": 16, "SPLIT_ROWS": 256}}
+# the top-k chunk kernels' sites (selection, attention forward, backward over pairs with dq_sum, STE gate)
+TOPK = {"topk_chunk.select": {"BLOCK_M": 32}, "topk_chunk.fwd": {"BLOCK_M": 32, "num_warps": 2},
+        "topk_chunk.bwd": {"BLOCK_M": 32, "num_warps": 8}, "topk_chunk.gate": {"BLOCK_M": 32}}
 
 
 @pytest.mark.parametrize("base,override,extra", [
@@ -50,7 +53,8 @@ GATE = {**CHUNK, "chunk.gate": {"BLOCK_M": 32, "BLOCK_C": 16, "SPLIT_ROWS": 256}
     ("top1_chunk_approx", CHUNK, {"chunk": 32}),
     ("top1_chunk_exact", GATE, {"chunk": 32}),
     ("top1_chunk_approx", GATE, {"chunk": 32}),
-], ids=["element", "element-fused-dq", "exact", "approx", "exact-gate", "approx-gate"])
+    ("top1_chunk_approx", TOPK, {"chunk": 32, "k": 2, "grad": "ste"}),
+], ids=["element", "element-fused-dq", "exact", "approx", "exact-gate", "approx-gate", "topk-chunk"])
 def test_overridden_tiles_reach_every_named_site_and_stay_exact(monkeypatch, base, override, extra):
     monkeypatch.setenv(launch.TILES_ENV, json.dumps(override))
     seen = _recording(monkeypatch)
