@@ -6,7 +6,8 @@ out="${OUT:-benchmarks/results}"
 mkdir -p "$out"
 py="${PYTHON:-python}"
 date_tag="$(date -u +%Y-%m-%d)"
-# the wheels carried in .whl/ (lark, pydantic, datasets, fla: docs/training.md) go to /tmp/site,
+# the wheels carried in .whl/ (lark, pydantic, datasets, fla: docs/training.md, "What a GPU round
+# carries", says how to download them) go to /tmp/site,
 # which every round script puts on the path: a later call on the same machine finds them
 export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 
