@@ -113,10 +113,12 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     step_s = [args.batch * args.seq / r["tokens_per_s"] for r in steady]
     first = next(r for r in rows if r.get("event") == "first_step")
     paths = next((r["detail"] for r in rows if r.get("event") == "paths"), "")
+    heldout = next((r for r in rows if r.get("event") == "heldout"), {})  # read beside the first step
     config_json = json.loads((out / "config.json").read_text())
     return {"tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady),
             "first_step_detail": first["detail"], "selfcheck_s": first.get("selfcheck_seconds"), "paths": paths,
             "startup": first.get("startup"), "cold_caches": args.cold_caches,
+            "heldout_s": heldout.get("seconds"), "heldout_wait_s": heldout.get("wait_s"),
             "data_wait_fraction": statistics.median(r["data_wait_s"] / s for r, s in zip(steady, step_s)),
             "data_wait_s_max": max(r["data_wait_s"] for r in steady),
             "time_to_first_step_s": first["seconds"], "wall_s": wall, "steps": len(train),
@@ -130,7 +132,9 @@ def _startup(train: dict) -> str:
     if not t:
         return ""
     return (f"start model {t['model']:.1f}, paths {t['plan']:.1f}, data {t['data']:.1f} (waited {t['data_wait']:.1f}), "
-            f"step {t['first_step']:.1f} s; ")
+            f"step {t['first_step']:.1f} s; "
+            + (f"held-out {train['heldout_s']:.1f} s beside it (waited {train['heldout_wait_s']:.1f}); "
+               if train.get("heldout_s") is not None else ""))
 
 
 def _flops_per_token(spec: str, args) -> float:

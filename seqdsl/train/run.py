@@ -112,12 +112,17 @@ class _Run:
     optimizer: torch.optim.Optimizer
     log: MetricsLog
     progress: Progress
-    sets: dict  # domain -> EvalSet, this process's share scored at each evaluation
+    heldout: Ahead  # the held-out sets (domain -> EvalSet), read beside the first step: `sets`
     mfu: Callable[[float], float | None]
     # seconds spent before the first step: "model" (spec, tokenizer, weights), "plan" (paths,
-    # self-checks, compile wrappers), "data" (stream and held-out sets, on a thread beside
-    # "plan"), "data_wait" (of "data", what was left when "plan" ended)
+    # self-checks, compile wrappers), "data" (the packed stream, on a thread beside "plan"),
+    # "data_wait" (of "data", what was left when "plan" ended)
     startup: dict[str, float]
+
+    @property
+    def sets(self) -> dict:
+        """domain -> EvalSet, this process's share scored at each evaluation (waits for the read)."""
+        return self.heldout.result()[0]
 
     @property
     def seq_len(self) -> int:
@@ -173,6 +178,8 @@ def _train(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool, s
             loss, lr = _step(run, position, step, batch)
             if d.main:
                 _record_step(run, position, clock, step, batch, loss=loss, lr=lr, t0=t0)
+            if step == position.start:
+                _join_heldout(run, step + 1)
             done, last = step + 1, step + 1 == run.steps
             if last or _due(config.eval_every, done):
                 _evaluate(run, done, position.tokens)
@@ -245,10 +252,9 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
     say = (lambda line: print(line, file=sys.stderr, flush=True)) if d.main else (lambda line: None)
     cursor = _start_cursor(loaded)
 
-    def read_data():
-        stream = d.main_first(lambda: data.training_stream(tokenizer, model.spec.context, cursor,
-                                                            show_progress=show_progress, say=say))
-        return stream, data.heldout_sets(tokenizer)  # every process scores its share of the batches
+    def read_stream():
+        return d.main_first(lambda: data.training_stream(tokenizer, model.spec.context, cursor,
+                                                         show_progress=show_progress, say=say))
 
     background = d.world == 1
     if background:
@@ -258,19 +264,25 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
         # 'transformers' has no attribute 'PreTrainedTokenizerBase'" on an H200) and the readers
         lm.describe_paths(device)
         import_readers()
-    reading = Ahead(read_data, background=background, name="seqdsl-data")
+    reading = Ahead(read_stream, background=background, name="seqdsl-data")
     parallel, optimizer = _wrap(config, lm, d, device, amp)
     t_plan = time.perf_counter()
     position = _restore(loaded, lm, optimizer)
-    (stream, sets), data_wait = reading.result()
+    stream, data_wait = reading.result()
+    # the held-out sets are first needed at the first evaluation: they are read beside the first
+    # step (its compilation), not before it, and joined after it (`_join_heldout`), so that a
+    # domain without held-out text still stops the run within its first step, not at its end.
+    # Every process scores its share of them.
+    heldout = Ahead(lambda: data.heldout_sets(tokenizer), background=background, name="seqdsl-heldout")
     position.cursor = stream.cursor
     log = _open_run_dir(out, d, loaded, resolved, model, position.start)
+    # until the sets are read, the remaining time counts every evaluated domain's full budget
     progress = Progress(steps, position.start, config.log_every, show_progress, eval_every=config.eval_every,
-                        eval_tokens=sum(s.tokens.numel() for s in sets.values()),
+                        eval_tokens=config.data.eval_tokens * len(data.eval_domains),
                         step_tokens=config.batch * model.spec.context)
     startup = {"model": t_model - t0, "plan": t_plan - t_model, "data": reading.work_s, "data_wait": data_wait}
     run = _Run(config, out, d, device, amp, model, lm, steps, micro, accum, digest, parallel, optimizer, log,
-               progress, sets, mfu_meter(model, model.spec.context, device_peak_flops(device)), startup)
+               progress, heldout, mfu_meter(model, model.spec.context, device_peak_flops(device)), startup)
     _announce(run, data)
     return run, position, stream
 
@@ -407,6 +419,19 @@ def _record_step(run: _Run, position: _Position, clock: _Clock, step: int, batch
                    "tokens_per_s": tokens_per_s, "mfu": utilisation, "data_wait_s": batch.wait_s,
                    "time": position.elapsed_before + now - clock.started})
     run.progress.update(step + 1, loss, tokens_per_s, utilisation)
+
+
+def _join_heldout(run: _Run, step: int) -> None:
+    """Wait for the held-out sets after the first step (raising what reading them raised: a
+    domain without held-out text is one message then, not after the whole run), say how long
+    reading them took beside it, and give the remaining time their real size."""
+    sets, waited = run.heldout.result()
+    run.progress.eta.eval_tokens = sum(s.tokens.numel() for s in sets.values())
+    if run.d.main:
+        run.log.write({"kind": "event", "step": step, "event": "heldout",
+                       "detail": f"held-out sets of {len(sets)} domains read in {run.heldout.work_s:.1f} s beside "
+                                 f"the first step (then waited {waited:.1f} s)",
+                       "seconds": run.heldout.work_s, "wait_s": waited})
 
 
 def _evaluate(run: _Run, step: int, tokens: int) -> None:

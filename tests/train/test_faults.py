@@ -53,6 +53,25 @@ def test_corrupt_data_file_is_one_message(tmp_path, capsys):
     assert "cannot read data file" in err and "web_00.jsonl.zst" in err
 
 
+def test_a_domain_without_heldout_text_is_one_message_at_the_first_step(tmp_path, capsys):
+    """The held-out sets are read beside the first step (seqdsl/train/run.py: _join_heldout): a
+    domain with nothing held out still stops the run with one message right after that step,
+    before any checkpoint, not after the whole run."""
+    from seqdsl.data.documents import is_heldout
+    from tests.train.helpers import write_jsonl
+
+    text = next(t for t in (f"one short document, number {i}" for i in range(100)) if not is_heldout(t, 0.2))
+    args = micro_run_args(tmp_path)  # writes the shards: web and code
+    write_jsonl(tmp_path / "data" / "tiny" / "tiny_00.jsonl", [{"text": text}])
+    run = tmp_path / "run"
+    assert main(args + ["--out", str(run)]) == 2
+    err = _one_message(capsys)
+    assert "no held-out text for domain(s) tiny" in err, err
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows if r["kind"] == "train"] == [1]
+    assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+
+
 def _trained(tmp_path) -> tuple[list[str], str]:
     args = micro_run_args(tmp_path, steps=4) + ["--out", str(tmp_path / "run")]
     assert main(args) == 0
@@ -107,7 +126,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path, cap
     assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows if r["kind"] == "train"] == [1, 2, 3, 4]
-    assert [r for r in rows if r["kind"] == "event" and r["event"] not in ("first_step", "paths")] == [
+    assert [r for r in rows if r["kind"] == "event" and r["event"] not in ("first_step", "paths", "heldout")] == [
         {"kind": "event", "step": 4, "event": "nan", "detail": "loss nan"}]
     # the kept checkpoint is good: the run resumes from it (the patched forward is gone)
     monkeypatch.setattr(step_module.CausalLoss, "forward", real)

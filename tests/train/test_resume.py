@@ -59,7 +59,8 @@ def test_sigkilled_run_resumes_to_the_uninterrupted_loss_curve(tmp_path):
     assert records(killed, "train") == records(tmp_path / "full", "train")
     assert records(killed, "eval") == records(tmp_path / "full", "eval")
     events = [r["event"] for r in records(killed, "event")]
-    assert events == ["first_step", "paths", "resume", "first_step", "paths"]  # each start times its first step
+    # each start times its first step and reads its held-out sets
+    assert events == ["first_step", "paths", "heldout", "resume", "first_step", "paths", "heldout"]
 
 
 def test_interrupted_run_resumes_to_the_uninterrupted_loss_curve(tmp_path, monkeypatch):
@@ -83,4 +84,5 @@ def test_interrupted_run_resumes_to_the_uninterrupted_loss_curve(tmp_path, monke
     assert main(args + ["--out", str(stopped), "--resume"]) == 0
     assert records(stopped, "train") == records(tmp_path / "full", "train")
     assert records(stopped, "eval") == records(tmp_path / "full", "eval")
-    assert [r["event"] for r in records(stopped, "event")] == ["first_step", "paths", "resume", "first_step", "paths"]
+    assert [r["event"] for r in records(stopped, "event")] == [
+        "first_step", "paths", "heldout", "resume", "first_step", "paths", "heldout"]

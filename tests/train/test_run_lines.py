@@ -143,19 +143,25 @@ def test_the_spec_and_the_checkpoint_refuse_a_run_before_any_data_is_read(tmp_pa
 
 
 def test_the_data_is_read_beside_the_path_planning_and_the_first_step_says_where_the_time_went(tmp_path, monkeypatch):
-    """One process reads the stream and the held-out sets on a thread while the paths are planned
-    (seqdsl/train/run.py: _set_up); the first_step event splits the time to the first step."""
+    """One process reads the stream on a thread while the paths are planned, and the held-out
+    sets on another beside the first step, joined right after it (seqdsl/train/run.py: _set_up,
+    _join_heldout); the first_step event splits the time to the first step."""
     import threading
 
     from seqdsl.run.data import RunData
 
-    readers, real = [], RunData.heldout_sets
+    readers, real_sets = [], RunData.heldout_sets
     monkeypatch.setattr(RunData, "heldout_sets", lambda self, tok: readers.append(threading.current_thread().name)
-                        or real(self, tok))
+                        or real_sets(self, tok))
     run = tmp_path / "run"
     assert main(micro_run_args(tmp_path, steps=2) + ["--out", str(run)]) == 0
-    assert readers == ["seqdsl-data"]
+    assert readers == ["seqdsl-heldout"]
     events = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    names = [r["event"] for r in events if r["kind"] == "event"]
+    assert names[:3] == ["first_step", "paths", "heldout"], names
+    assert [r["step"] for r in events if r["kind"] == "event" and r["event"] == "heldout"] == [1]
+    joined = next(i for i, r in enumerate(events) if r.get("event") == "heldout")
+    assert [r["step"] for r in events[:joined] if r["kind"] == "train"] == [1]  # after step 1, before step 2
     first = next(r for r in events if r["kind"] == "event" and r["event"] == "first_step")
     startup = first["startup"]
     assert set(startup) == {"model", "plan", "data", "data_wait", "first_step"}
