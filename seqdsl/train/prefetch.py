@@ -85,16 +85,19 @@ class Prefetcher:
 class Ahead:
     """`work()` on a thread from now on; `result()` waits for it, returns its value or raises
     its exception, and says how long the work took and how long the caller waited. With
-    `background=False` the work runs inside `result()` (the same answers, nothing overlapped)."""
+    `background=False` the work runs inside the first `result()` (the same answers, nothing
+    overlapped). `result()` may be called again, from any thread: the work runs once."""
 
     def __init__(self, work, *, background: bool, name: str = "seqdsl-ahead"):
         self._work, self._value, self._error = work, None, None
         self.work_s = 0.0
+        self._ran = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True) if background else None
         if self._thread is not None:
             self._thread.start()
 
     def _run(self) -> None:
+        self._ran = True
         t0 = time.perf_counter()
         try:
             self._value = self._work()
@@ -107,7 +110,8 @@ class Ahead:
         """(the work's value, seconds the caller waited for it here)."""
         t0 = time.perf_counter()
         if self._thread is None:
-            self._run()
+            if not self._ran:
+                self._run()
         else:
             self._thread.join()
         wait = time.perf_counter() - t0

@@ -112,7 +112,7 @@ class _Run:
     optimizer: torch.optim.Optimizer
     log: MetricsLog
     progress: Progress
-    heldout: Ahead  # the held-out sets (domain -> EvalSet), read beside the first step: `sets`
+    heldout: Ahead  # (held-out sets, seconds), read after the stream, beside planning and the first step: `sets`
     mfu: Callable[[float], float | None]
     # seconds spent before the first step: "model" (spec, tokenizer, weights), "plan" (paths,
     # self-checks, compile wrappers), "data" (the packed stream, on a thread beside "plan"),
@@ -122,7 +122,7 @@ class _Run:
     @property
     def sets(self) -> dict:
         """domain -> EvalSet, this process's share scored at each evaluation (waits for the read)."""
-        return self.heldout.result()[0]
+        return self.heldout.result()[0][0]
 
     @property
     def seq_len(self) -> int:
@@ -265,15 +265,23 @@ def _set_up(config: RunConfig, out: Path, d: distributed.Dist, *, resume: bool,
         lm.describe_paths(device)
         import_readers()
     reading = Ahead(read_stream, background=background, name="seqdsl-data")
+
+    def read_heldout():
+        """(the held-out sets, seconds reading them): after the stream (its cores are the
+        tokenizer's until then), beside the planning when that takes longer than both, else
+        beside the first step; never waited for before it."""
+        reading.result()
+        t = time.perf_counter()
+        return data.heldout_sets(tokenizer), time.perf_counter() - t
+
+    # the held-out sets are first needed at the first evaluation: the run joins them right after
+    # the first step (`_join_heldout`), so that a domain without held-out text still stops it
+    # there, not at its end. Every process scores its share of them.
+    heldout = Ahead(read_heldout, background=background, name="seqdsl-heldout")
     parallel, optimizer = _wrap(config, lm, d, device, amp)
     t_plan = time.perf_counter()
     position = _restore(loaded, lm, optimizer)
     stream, data_wait = reading.result()
-    # the held-out sets are first needed at the first evaluation: they are read beside the first
-    # step (its compilation), not before it, and joined after it (`_join_heldout`), so that a
-    # domain without held-out text still stops the run within its first step, not at its end.
-    # Every process scores its share of them.
-    heldout = Ahead(lambda: data.heldout_sets(tokenizer), background=background, name="seqdsl-heldout")
     position.cursor = stream.cursor
     log = _open_run_dir(out, d, loaded, resolved, model, position.start)
     # until the sets are read, the remaining time counts every evaluated domain's full budget
@@ -425,13 +433,13 @@ def _join_heldout(run: _Run, step: int) -> None:
     """Wait for the held-out sets after the first step (raising what reading them raised: a
     domain without held-out text is one message then, not after the whole run), say how long
     reading them took beside it, and give the remaining time their real size."""
-    sets, waited = run.heldout.result()
+    (sets, read), waited = run.heldout.result()
     run.progress.eta.eval_tokens = sum(s.tokens.numel() for s in sets.values())
     if run.d.main:
         run.log.write({"kind": "event", "step": step, "event": "heldout",
-                       "detail": f"held-out sets of {len(sets)} domains read in {run.heldout.work_s:.1f} s beside "
-                                 f"the first step (then waited {waited:.1f} s)",
-                       "seconds": run.heldout.work_s, "wait_s": waited})
+                       "detail": f"held-out sets of {len(sets)} domains read in {read:.1f} s after the stream, "
+                                 f"beside the planning and the first step (then waited {waited:.1f} s)",
+                       "seconds": read, "wait_s": waited})
 
 
 def _evaluate(run: _Run, step: int, tokens: int) -> None:

@@ -95,3 +95,15 @@ def test_ahead_raises_the_works_exception_in_the_caller(background):
     ahead = Ahead(work, background=background)
     with pytest.raises(FileNotFoundError, match="shard gone"):
         ahead.result()
+
+
+@pytest.mark.parametrize("background", [True, False])
+def test_ahead_runs_its_work_once_however_often_and_from_wherever_its_result_is_asked(background):
+    """The run's held-out read asks for the stream's result on its own thread, and the main thread
+    asks again (seqdsl/train/run.py: _set_up): the stream is read once, both get it."""
+    runs = []
+    ahead = Ahead(lambda: runs.append(1) or len(runs), background=background)
+    chained = Ahead(lambda: ahead.result()[0] * 10, background=background)
+    assert chained.result()[0] == 10
+    assert ahead.result()[0] == 1 and ahead.result()[0] == 1
+    assert runs == [1]

@@ -144,8 +144,9 @@ def test_the_spec_and_the_checkpoint_refuse_a_run_before_any_data_is_read(tmp_pa
 
 def test_the_data_is_read_beside_the_path_planning_and_the_first_step_says_where_the_time_went(tmp_path, monkeypatch):
     """One process reads the stream on a thread while the paths are planned, and the held-out
-    sets on another beside the first step, joined right after it (seqdsl/train/run.py: _set_up,
-    _join_heldout); the first_step event splits the time to the first step."""
+    sets on another after it, never waited for before the first step and joined right after it
+    (seqdsl/train/run.py: _set_up, _join_heldout); the first_step event splits the time to the
+    first step."""
     import threading
 
     from seqdsl.run.data import RunData
