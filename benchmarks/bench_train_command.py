@@ -97,12 +97,18 @@ def run_command(spec: str, args, workdir: Path) -> dict:
     if args.cold_caches:  # what a fresh machine has: no compiled kernels, autotuning, verdicts or token cache
         cold = workdir / f"caches_{name}"
         env.update({var: str(cold / sub) for var, sub in COLD_CACHES.items()})
+    # --profile-startup: the command's main thread under cProfile (the data threads are not
+    # profiled); it slows Python-heavy work (tracing, codegen), so read shares, not seconds
+    profile = workdir / f"{name}.prof"
+    python = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if args.profile_startup else [])]
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "seqdsl.cli.main", "train", str(ROOT / "specs" / f"{spec}.seq"),
+    proc = subprocess.run([*python, "-m", "seqdsl.cli.main", "train", str(ROOT / "specs" / f"{spec}.seq"),
                            "--config", str(config), "--out", str(out), "--quiet"],
                           capture_output=True, text=True, env=env)
     wall = time.perf_counter() - t0
     (workdir / f"{name}.log").write_text(proc.stdout + proc.stderr)
+    if args.profile_startup and profile.exists():
+        _write_profile(profile, workdir / f"{name}_profile.txt")
     if proc.returncode != 0:
         lines = (proc.stderr or proc.stdout).strip().splitlines() or ["?"]
         # the last line says what; the lines before it (a traceback for a crash) say where
@@ -124,6 +130,16 @@ def run_command(spec: str, args, workdir: Path) -> dict:
             "time_to_first_step_s": first["seconds"], "wall_s": wall, "steps": len(train),
             "model": config_json["model_name"], "final_loss": train[-1]["loss"],
             "evals": {r["domain"]: r["loss"] for r in rows if r["kind"] == "eval"}}
+
+
+def _write_profile(profile: Path, text: Path, top: int = 60) -> None:
+    """The profile's functions by cumulative time, the `top` first, as pstats prints them."""
+    import io
+    import pstats
+
+    buffer = io.StringIO()
+    pstats.Stats(str(profile), stream=buffer).sort_stats("cumulative").print_stats(top)
+    text.write_text(buffer.getvalue())
 
 
 def _startup(train: dict) -> str:
@@ -165,6 +181,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="only `seqdsl train`; ratios against transformer's run in this call")
     p.add_argument("--cold-caches", action="store_true",
                    help="each `seqdsl train` with empty caches of its own (time to first step as on a fresh machine)")
+    p.add_argument("--profile-startup", action="store_true",
+                   help="run each command's main thread under cProfile; WORKDIR/<spec>_profile.txt lists "
+                        "its functions by cumulative time (where the time to the first step goes)")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
     torch.backends.cuda.matmul.allow_tf32 = RunConfig().tf32  # the benchmark half as `seqdsl train` runs
