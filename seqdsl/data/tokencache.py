@@ -48,11 +48,13 @@ from seqdsl.cache_root import cache_dir
 from seqdsl.data.documents import Document, DocumentSource, split_heldout
 from seqdsl.data.mixing import mixed_order, piece_bytes
 from seqdsl.data.packing import Cursor
+from seqdsl.data.readahead import read_ahead
 from seqdsl.data.shards import file_sha256
 from seqdsl.errors import SeqError
 
 FORMAT = 2
 ENCODE_BATCH = 2048  # pieces per `encode_batch` call: big enough to keep every core busy
+READ_AHEAD = 2  # batches read on a thread ahead of the tokenizer (0: read in turn; benchmarks/bench_token_cache.py)
 _FILES = ("tokens.bin", "docs.npy")
 _VERIFIED = "verified.json"  # each file's [size, mtime_ns] when its SHA-256 last matched meta.json
 
@@ -165,7 +167,9 @@ def _build(tmp: Path, source: DocumentSource, tokenizer, domains: list[str], hel
     tables: list[np.ndarray] = []
     start = 0
     with open(tmp / "tokens.bin", "wb") as out:
-        for batch in _batches(_pieces(source.documents(domains), heldout), ENCODE_BATCH):
+        batches = _batches(_pieces(source.documents(domains), heldout), ENCODE_BATCH)
+        # the next batches are read (Python) while this one is tokenized (Rust threads, no GIL)
+        for batch in read_ahead(batches, READ_AHEAD) if READ_AHEAD else batches:
             encoded = tokenizer.encode_batch([doc.text for doc in batch])
             lengths = np.array([len(ids) + 1 for ids in encoded], dtype=np.int64)  # + the EOS token
             n_bytes = np.array([piece_bytes(doc.text) for doc in batch], dtype=np.int64)
