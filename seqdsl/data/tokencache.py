@@ -36,6 +36,7 @@ import os
 import shutil
 import tempfile
 import time
+from contextlib import nullcontext
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,7 @@ from seqdsl.cache_root import cache_dir
 from seqdsl.data.documents import Document, DocumentSource, split_heldout
 from seqdsl.data.mixing import mixed_order, piece_bytes
 from seqdsl.data.packing import Cursor
-from seqdsl.data.readahead import read_ahead
+from seqdsl.data.readahead import ReadAhead
 from seqdsl.data.shards import file_sha256
 from seqdsl.errors import SeqError
 
@@ -166,10 +167,11 @@ def _build(tmp: Path, source: DocumentSource, tokenizer, domains: list[str], hel
     index = {d: i for i, d in enumerate(domains)}
     tables: list[np.ndarray] = []
     start = 0
-    with open(tmp / "tokens.bin", "wb") as out:
-        batches = _batches(_pieces(source.documents(domains), heldout), ENCODE_BATCH)
-        # the next batches are read (Python) while this one is tokenized (Rust threads, no GIL)
-        for batch in read_ahead(batches, READ_AHEAD) if READ_AHEAD else batches:
+    batches = _batches(_pieces(source.documents(domains), heldout), ENCODE_BATCH)
+    # the next batches are read (Python) while this one is tokenized (Rust threads, no GIL)
+    reader = ReadAhead(batches, READ_AHEAD) if READ_AHEAD else nullcontext(batches)
+    with open(tmp / "tokens.bin", "wb") as out, reader as read:
+        for batch in read:
             encoded = tokenizer.encode_batch([doc.text for doc in batch])
             lengths = np.array([len(ids) + 1 for ids in encoded], dtype=np.int64)  # + the EOS token
             n_bytes = np.array([piece_bytes(doc.text) for doc in batch], dtype=np.int64)

@@ -12,7 +12,6 @@ An exception on the thread (a corrupt shard) is raised in the loop, at the batch
 
 from __future__ import annotations
 
-import queue
 import threading
 import time
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from seqdsl.data.packing import Cursor
+from seqdsl.data.readahead import ReadAhead
 
 DEPTH = 2  # batches ready ahead: one being copied, one waiting
 
@@ -33,47 +33,25 @@ class Batch:
 
 class Prefetcher:
     def __init__(self, stream, batch: int, rows: slice, device: torch.device, *, depth: int = DEPTH):
-        self.stream, self.batch, self.rows, self.device = stream, batch, rows, device
-        self._queue: queue.Queue = queue.Queue(maxsize=depth)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._produce, name="seqdsl-prefetch", daemon=True)
-        self._thread.start()
+        self.device = device
 
-    def _produce(self) -> None:
-        try:
-            while not self._stop.is_set():
-                rows = self.stream.batch(self.batch)[self.rows]
-                if self.device.type == "cuda":
-                    rows = rows.pin_memory()
-                self._put((rows, self.stream.cursor))
-        except BaseException as err:  # handed to the loop, raised there (unless it is closing)
-            self._put(err)
+        def made():
+            while True:
+                taken = stream.batch(batch)[rows]
+                yield (taken.pin_memory() if device.type == "cuda" else taken), stream.cursor
 
-    def _put(self, item) -> None:
-        """Queue `item`, giving up as soon as the loop closes (it may never take another)."""
-        while not self._stop.is_set():
-            try:
-                self._queue.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
+        self._batches = ReadAhead(made(), depth, name="seqdsl-prefetch")
 
     def next(self) -> Batch:
+        """The next batch; an exception on the thread (a corrupt shard) is raised here."""
         t0 = time.perf_counter()
-        item = self._queue.get()
-        wait = time.perf_counter() - t0
-        if isinstance(item, BaseException):
-            self.close()
-            raise item
-        rows, cursor = item
-        return Batch(rows.to(self.device, non_blocking=True), cursor, wait)
+        rows, cursor = next(self._batches)
+        return Batch(rows.to(self.device, non_blocking=True), cursor, time.perf_counter() - t0)
 
     def close(self) -> None:
-        """Stop the thread and wait for it: it sees the flag within one batch (and 0.1 s), so no
-        batch is left half-made on a thread the interpreter would kill at exit (a Ctrl-C must
-        leave one line, not a daemon thread's traceback)."""
-        self._stop.set()
-        self._thread.join()
+        """Stop the thread and wait for it (seqdsl/data/readahead.py): a Ctrl-C must leave one
+        line, not a daemon thread's traceback."""
+        self._batches.close()
 
     def __enter__(self) -> Prefetcher:
         return self

@@ -60,7 +60,7 @@ def test_close_returns_with_a_full_queue():
     ahead = Prefetcher(_stream(), 2, slice(None), torch.device("cpu"), depth=1)
     ahead.next()
     ahead.close()
-    assert not ahead._thread.is_alive()
+    assert not ahead._batches.thread.is_alive()
 
 
 def test_ahead_runs_its_work_on_a_thread_before_the_result_is_asked_for():
