@@ -117,6 +117,11 @@ class Progress:
             except ImportError:
                 pass
 
+    def eval_size(self, tokens: int) -> None:
+        """The tokens one evaluation scores, once the held-out sets are read (until then the
+        remaining time counts the budget given at the start)."""
+        self.eta.eval_tokens = tokens
+
     def update(self, step: int, loss: float, tokens_per_s: float, mfu: float | None) -> None:
         """Count a step; the figures are shown once every `every` steps (the bar's counter moves
         every step)."""

@@ -434,7 +434,7 @@ def _join_heldout(run: _Run, step: int) -> None:
     domain without held-out text is one message then, not after the whole run), say how long
     reading them took beside it, and give the remaining time their real size."""
     (sets, read), waited = run.heldout.result()
-    run.progress.eta.eval_tokens = sum(s.tokens.numel() for s in sets.values())
+    run.progress.eval_size(sum(s.tokens.numel() for s in sets.values()))
     if run.d.main:
         run.log.write({"kind": "event", "step": step, "event": "heldout",
                        "detail": f"held-out sets of {len(sets)} domains read in {read:.1f} s after the stream, "
