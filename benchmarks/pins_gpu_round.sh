@@ -4,7 +4,7 @@
 #   1. mamba-ssm from the carried wheel (.mambawhl/) or built (gpu_round_common.sh)
 #   2. benchmarks/dump_autotune_seed.py --specs mamba2: one training step in an empty Triton
 #      cache records this GPU's autotuning files and the in-memory choices (pins.json); both
-#      come back in $OUT/autotune_seed/ (copy them into seqdsl/lower/backends/autotune_seed/)
+#      come back in $OUT/autotune_seed/ (copy them into seqdsl/lower/backends/autotune-seed/)
 #   3. time to first step with every cache cold, Transformer++ and Mamba-2 (SPECS), the new
 #      records in place (bench_train_command.py --no-bench --cold-caches, as startup_gpu_round.sh)
 # Expects .whl/, .gpudata/ and .mambawhl/ (or .sdist/).
@@ -12,7 +12,7 @@
 source "$(dirname "$0")/gpu_round_common.sh"
 install_packages "$out" || exit 1
 ensure_mamba
-seed_dir=seqdsl/lower/backends/autotune_seed
+seed_dir=seqdsl/lower/backends/autotune-seed
 before="$(ls "$seed_dir" | wc -l)"
 timeout 240 "$py" benchmarks/dump_autotune_seed.py --specs "${DUMP_SPECS:-mamba2}" > "$out/dump.log" 2>&1
 echo "dump rc=$? (seed folders before: $before, after: $(ls "$seed_dir" | wc -l))"; tail -n 2 "$out/dump.log"

@@ -85,7 +85,7 @@ def test_the_shipped_files_are_tritons_format_and_ship_with_the_package():
     readme = (autotune_seed.SEED_DIR / "README.md").read_text()
     recorded = re.findall(r"^- .*Triton [0-9.]+.*: (\d+) files$", readme, flags=re.M)
     assert recorded and sum(map(int, recorded)) == len(files)  # each recording says what it added
-    assert '"seqdsl.lower.backends" = ["autotune_seed/*/*.json", "autotune_seed/README.md", "autotune_seed/pins.json"]' in \
+    assert '"seqdsl.lower.backends" = ["autotune-seed/*/*.json", "autotune-seed/README.md", "autotune-seed/pins.json"]' in \
         (ROOT / "pyproject.toml").read_text()
 
 

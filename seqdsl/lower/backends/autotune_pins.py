@@ -10,7 +10,7 @@ self-checks take 32-35 s on a fresh H100; docs/training.md says what was measure
 
 `record()` reads the choices such autotuners hold after a real training step (`Autotuner.cache`:
 tuning key -> config) as plain data; `benchmarks/dump_autotune_seed.py` writes them to
-`autotune_seed/pins.json` with the GPU's name and the versions of Triton and of the kernel's
+`autotune-seed/pins.json` with the GPU's name and the versions of Triton and of the kernel's
 package. `pin()` puts each record whose GPU name, Triton version and package version are this
 machine's back into its autotuner's memory, as the config object of the autotuner's own list
 that has the recorded fields (its pre_hook included), so the kernel runs exactly as after its

@@ -6,12 +6,12 @@ TRITON_CACHE_AUTOTUNING=1 unless the user set it), keeps each tuning as
 `<Triton cache>/<digest>/<kernel>.autotune.json`, where the digest hashes Triton's own build,
 the GPU backend (target, ptxas), the kernel's source, the cache-invalidating environment, the
 tuning key (the shapes and dtypes) and the candidate configs. `benchmarks/dump_autotune_seed.py`
-copies the files a real training step produced on a GPU into `autotune_seed/` here; `seed()`
+copies the files a real training step produced on a GPU into `autotune-seed/` here; `seed()`
 copies any that are missing into this machine's Triton cache. Safe by construction: Triton
 reads a seeded file only when every one of those inputs hashes the same here, so a different
 Triton, GPU architecture, kernel version or shape never sees it and autotunes as before; a file
 already in the cache is never overwritten. The timings in a file are those measured where it
-was recorded (`autotune_seed/README.md` says which GPU and versions).
+was recorded (`autotune-seed/README.md` says which GPU and versions).
 
 This module imports neither torch nor triton at import time.
 """
@@ -24,7 +24,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-SEED_DIR = Path(__file__).resolve().parent / "autotune_seed"
+SEED_DIR = Path(__file__).resolve().parent / "autotune-seed"  # not an importable name: setuptools takes such folders for packages
 SUFFIX = ".autotune.json"
 
 
