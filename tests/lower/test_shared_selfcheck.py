@@ -123,3 +123,20 @@ def test_imports_run_downward_kernels_and_reference_never_import_lower():
     reference = _imports(ROOT / "seqdsl" / "reference")
     assert not any(name.startswith("seqdsl.lower") for name in kernels), kernels
     assert not any(name.startswith(("seqdsl.lower", "seqdsl.kernels")) for name in reference), reference
+
+
+def test_the_fla_check_runs_at_the_models_heads(monkeypatch, fresh_checks):
+    """fla's kernels take the heads as a compile-time constant: the check draws the key's H heads
+    (not a fixed 2), so that the kernels it compiles are the ones the model's calls reuse."""
+    import seqdsl
+    from seqdsl.ir.key import kernel_key
+
+    spec = seqdsl.loads(Path(__file__).resolve().parents[2].joinpath("specs", "rwkv7.seq").read_text())
+    key = kernel_key(spec.program.mixer(spec.program.mixers[0].name), 96)
+    seen = []
+    monkeypatch.setattr(fla_backend, "_call", lambda op, *args: seen.append(args[0].shape) or
+                        fla_backend._reference(op, *args))
+    monkeypatch.setattr(fla_backend, "known_refusal", lambda op, decay: "")
+    assert fla_backend.FlaBackend().self_check(key, "fla.chunk_rwkv7", torch.float32, torch.device("cpu")) == (True, "")
+    assert key.heads > 2 and seen and all(shape[2] == key.heads for shape in seen)
+    assert f"H={key.heads}" in fla_backend.FlaBackend().facts(key)  # a verdict is kept per head count

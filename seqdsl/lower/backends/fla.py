@@ -178,12 +178,15 @@ def _reference(op, q, k, v, log_decay, beta, bonus, a, kappa, S):
               initial_state=S)
 
 
-def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, decay: str, T: int = 80):
+def _inputs(op: str, K: int, V: int, H: int, dtype: torch.dtype, device: torch.device, decay: str, T: int = 80):
     """Random inputs shaped like a real call (T not a multiple of fla's chunk of 64), with the
-    call's kind of decay, since fla takes different kernels for each."""
+    call's kind of decay, since fla takes different kernels for each, and the call's H heads:
+    fla's kernels take H as a compile-time constant, so at any other H each of them would be
+    compiled once for the check and again for the model (T, a runtime argument, is a multiple
+    of 16 here as in training, the one property of it Triton specializes on)."""
     draw = selfcheck.Draws(device)
     rnd = draw.normal
-    B, H = 1, 2
+    B = 1
     q, k, v = rnd(B, T, H, K) * K ** -0.5, rnd(B, T, H, K), rnd(B, T, H, V)
     log_decay = None
     if decay != "none":
@@ -204,16 +207,17 @@ def _inputs(op: str, K: int, V: int, dtype: torch.dtype, device: torch.device, d
 
 @functools.lru_cache(maxsize=None)
 def self_check(op: str, dtype: torch.dtype, device: torch.device, K: int = 64, V: int = 64,
-               decay: str = "scalar") -> tuple[bool, str]:
+               decay: str = "scalar", H: int = 2) -> tuple[bool, str]:
     """(True, "") when `op` matches the reference (outputs, final state, input gradients) on
-    this machine for calls shaped like (K, V, with or without a decay); else (False, what went
-    wrong). The first call compiles and autotunes fla's kernels: seconds to a minute per op."""
+    this machine for calls shaped like (K, V, H heads, with or without a decay); else (False,
+    what went wrong). The first call compiles and autotunes fla's kernels: seconds to a minute
+    per op, which the model's own calls with the same H then reuse."""
     known = known_refusal(op, decay)
     if known:  # fla would refuse only in the backward pass, after minutes of compiling
         return False, known
     return selfcheck.self_check(
         lambda *args: _call(op, *args), lambda *args: _reference(op, *args),
-        _inputs(op, K, V, dtype, device, decay), _ARG_NAMES, outputs=("output", "state"),
+        _inputs(op, K, V, H, dtype, device, decay), _ARG_NAMES, outputs=("output", "state"),
         tolerance=selfcheck.TF32_TOLERANCE.get(dtype, 5e-3), reference_dtype=torch.float32, device=device)
 
 
@@ -222,8 +226,8 @@ class FlaBackend:
         return "flash-linear-attention chunked kernel"
 
     def facts(self, key: KernelKey) -> str:
-        """What an fla op's self-check depends on: the widths and the decay's shape."""
-        return f"K={key.feature_dim} V={key.value_cols} decay={key.decay_shape}"
+        """What an fla op's self-check depends on: the widths, the heads and the decay's shape."""
+        return f"K={key.feature_dim} V={key.value_cols} H={key.heads} decay={key.decay_shape}"
 
     def known_refusal(self, key: KernelKey, op: str) -> str:
         """fla's refusal first (no import needed), then whether fla imports here."""
@@ -234,7 +238,7 @@ class FlaBackend:
         return ""
 
     def self_check(self, key: KernelKey, op: str, dtype: torch.dtype, device: torch.device) -> tuple[bool, str]:
-        return self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape)
+        return self_check(op, dtype, device, key.feature_dim, key.value_cols, key.decay_shape, key.heads)
 
     def recur(self, key: KernelKey, op: str, m: RecurrentInputs, S: Tensor | None, *,
               step_checked: bool = False) -> tuple[Tensor, Tensor]:
