@@ -132,7 +132,7 @@ def test_the_fla_check_runs_at_the_models_heads(monkeypatch, fresh_checks):
     from seqdsl.ir.key import kernel_key
 
     spec = seqdsl.loads(Path(__file__).resolve().parents[2].joinpath("specs", "rwkv7.seq").read_text())
-    key = kernel_key(spec.program.mixer(spec.program.mixers[0].name), 96)
+    key = kernel_key(spec.program.mixer(spec.program.mixers[0].name), 768)  # the 110m width: 12 heads of 64
     seen = []
     monkeypatch.setattr(fla_backend, "_call", lambda op, *args: seen.append(args[0].shape) or
                         fla_backend._reference(op, *args))
