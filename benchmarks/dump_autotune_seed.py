@@ -7,7 +7,7 @@ In a fresh, empty Triton cache (a temporary TRITON_CACHE_DIR, results caching on
 seed off so that everything is tuned here): one training step of each spec at the 110m preset
 (benchmarks/bench_train.py's `bench_spec`: the model, compile and CUDA graphs of `seqdsl train`
 at its micro batch, with the first-use self-checks), then every `<digest>/<kernel>.autotune.json`
-the step wrote is copied to --out (default seqdsl/lower/backends/autotune_seed), the choices of
+the step wrote is copied to --out (default seqdsl/lower/backends/autotune-seed), the choices of
 the autotuners Triton keeps in memory only (configs with a pre_hook) are merged into its
 pins.json (seqdsl/lower/backends/autotune_pins.py), and a line appended to its README says the
 GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--specs", default="rwkv7")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--micro-batch", type=int, default=16)
-    p.add_argument("--out", default=str(ROOT / "seqdsl" / "lower" / "backends" / "autotune_seed"))
+    p.add_argument("--out", default=None, help="default: the shipped folder (autotune_seed.SEED_DIR)")
     args = p.parse_args(argv)
     cache = Path(tempfile.mkdtemp(prefix="triton_cache_"))
     os.environ.update(TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1", SEQDSL_AUTOTUNE_SEED="0")
@@ -57,13 +57,13 @@ def main(argv=None) -> int:
     from bench_train import bench_spec
 
     from seqdsl.lower.backends import autotune_pins
-    from seqdsl.lower.backends.autotune_seed import collect
+    from seqdsl.lower.backends.autotune_seed import SEED_DIR, collect
 
     device = torch.device("cuda")
     for spec in args.specs.split(","):
         row = bench_spec(spec, "110m", args.seq, args.micro_batch, 1, 1, device, True, True)
         print(f"{spec}: one step done ({row.get('paths', '')})", flush=True)
-    out = Path(args.out)
+    out = Path(args.out) if args.out else SEED_DIR
     n = collect(cache, out)
     # the tunings Triton keeps in memory only (configs with a pre_hook): seqdsl's own records
     kept = autotune_pins.record(("mamba_ssm", "fla"), torch.cuda.get_device_name(0), triton.__version__)
