@@ -7,7 +7,8 @@ In a fresh, empty Triton cache (a temporary TRITON_CACHE_DIR, results caching on
 seed off so that everything is tuned here): one training step of each spec at the 110m preset
 (benchmarks/bench_train.py's `bench_spec`: the model, compile and CUDA graphs of `seqdsl train`
 at its micro batch, with the first-use self-checks), then every `<digest>/<kernel>.autotune.json`
-the step wrote is copied to --out (default seqdsl/lower/backends/autotune-seed), the choices of
+the step wrote is copied to this GPU's folder (`autotune_seed.gpu_folder`) under --out (default
+seqdsl/lower/backends/autotune-seed), the choices of
 the autotuners Triton keeps in memory only (configs with a pre_hook) are merged into its
 pins.json (seqdsl/lower/backends/autotune_pins.py), and a line appended to its README says the
 GPU, versions and shapes. What is recorded is the third-party autotuners' own choice
@@ -31,11 +32,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 HEADER = """# Shipped autotuning results (seqdsl/lower/backends/autotune_seed.py)
 
 One file per (kernel, shapes) that a training step of the spec and its first-use self-checks
-tuned, in Triton's own format, under Triton's digest. Triton reads a file only where that digest
-(Triton's build, GPU backend, kernel source, environment, shapes, candidate configs) is the same;
-anywhere else it autotunes as before. `pins.json`: the choices Triton keeps in memory only
-(configs with a pre_hook), put back by seqdsl for the same GPU kind and versions
-(seqdsl/lower/backends/autotune_pins.py). Recordings (each line appended by the dump):
+tuned, in Triton's own format, under Triton's digest, in one folder per GPU
+(`<gpu>/<digest>/<kernel>.autotune.json`; `gpu_folder`: the GPU's name and architecture). Triton
+reads a file only where that digest (Triton's build, GPU backend, kernel source, environment,
+shapes, candidate configs) is the same; anywhere else it autotunes as before. The digest names
+the architecture, not the GPU, so seqdsl seeds this GPU's recording of a tuning first and
+another GPU's of the same architecture only where this one has none (and says so).
+`pins.json`: the choices Triton keeps in memory only (configs with a pre_hook), put back by
+seqdsl for the same GPU kind and versions (seqdsl/lower/backends/autotune_pins.py). Recordings
+(each line appended by the dump):
 
 """
 
@@ -45,7 +50,7 @@ def main(argv=None) -> int:
     p.add_argument("--specs", default="rwkv7")
     p.add_argument("--seq", type=int, default=2048)
     p.add_argument("--micro-batch", type=int, default=16)
-    p.add_argument("--out", default=None, help="default: the shipped folder (autotune_seed.SEED_DIR)")
+    p.add_argument("--out", default=None, help="the recordings' root (default: the shipped one)")
     args = p.parse_args(argv)
     cache = Path(tempfile.mkdtemp(prefix="triton_cache_"))
     os.environ.update(TRITON_CACHE_DIR=str(cache), TRITON_CACHE_AUTOTUNING="1", SEQDSL_AUTOTUNE_SEED="0")
@@ -57,14 +62,15 @@ def main(argv=None) -> int:
     from bench_train import bench_spec
 
     from seqdsl.lower.backends import autotune_pins
-    from seqdsl.lower.backends.autotune_seed import SEED_DIR, collect
+    from seqdsl.lower.backends.autotune_seed import SEED_DIR, collect, gpu_folder
 
     device = torch.device("cuda")
     for spec in args.specs.split(","):
         row = bench_spec(spec, "110m", args.seq, args.micro_batch, 1, 1, device, True, True)
         print(f"{spec}: one step done ({row.get('paths', '')})", flush=True)
+    gpu = gpu_folder(torch.cuda.get_device_name(0), torch.cuda.get_device_capability(0))
     out = Path(args.out) if args.out else SEED_DIR
-    n = collect(cache, out)
+    n = collect(cache, out / gpu)
     # the tunings Triton keeps in memory only (configs with a pre_hook): seqdsl's own records
     kept = autotune_pins.record(("mamba_ssm", "fla"), torch.cuda.get_device_name(0), triton.__version__)
     pins = out / autotune_pins.PINS.name
@@ -77,7 +83,7 @@ def main(argv=None) -> int:
             pass
     readme = out / "README.md"
     text = readme.read_text() if readme.exists() else HEADER
-    text += (f"- {datetime.date.today().isoformat()}, `benchmarks/dump_autotune_seed.py --specs {args.specs} "
+    text += (f"- `{gpu}/`, {datetime.date.today().isoformat()}, `benchmarks/dump_autotune_seed.py --specs {args.specs} "
              f"--seq {args.seq} --micro-batch {args.micro_batch}` on {torch.cuda.get_device_name(0)}, torch "
              f"{torch.__version__}, Triton {triton.__version__}"
              + "".join(f", {k} {v}" for k, v in versions.items()) + f": {n} files, {len(kept)} pinned choices\n")

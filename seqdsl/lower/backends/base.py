@@ -68,7 +68,7 @@ def import_failure(load: Callable[[], object], what: str) -> str:
     when they are decorated, at import (`autotune_seed`); after the import, the tunings Triton
     cannot keep are put back in memory (`autotune_pins`)."""
     if torch.cuda.is_available():
-        autotune_seed.seed_once()
+        autotune_seed.seed_once(autotune_seed.gpu_folder(torch.cuda.get_device_name(), torch.cuda.get_device_capability()))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
