@@ -13,7 +13,7 @@ those inputs hashes the same here, so a different Triton, GPU architecture, kern
 shape never sees it and autotunes as before; a file Triton wrote is never overwritten.
 
 The digest names the architecture (sm_90), not the GPU: an H100 reads an H200's file. Their
-choices differ (RWKV-7's fla kernels: 10 of 15 tunings; `seqdsl train` ran 1.06x faster on an
+choices differ (RWKV-7's fla kernels: 12 of 15 tunings; `seqdsl train` ran 1.06x faster on an
 H100 with the H100's own than with the H200's, docs/training.md), so each GPU's recordings are
 kept apart and this GPU's come first; a tuning recorded only on another GPU of the same
 architecture is used in their place (the first step would otherwise autotune for minutes), and
