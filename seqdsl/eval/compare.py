@@ -170,12 +170,6 @@ def flags(points: Points, i: int, j: int) -> tuple[str, ...]:
                  if on)
 
 
-def at_level(points: Points, level: float) -> tuple[float | None, str]:
-    """The value at training loss `level` and its status (see `locate`)."""
-    cell = locate(points, level)
-    return cell.value, cell.status
-
-
 def _shared_range(tables: list[Points]) -> tuple[float, float]:
     """(highest minimum, lowest maximum) of the tables' training losses: a range when lo < hi."""
     if not tables or not all(tables):

@@ -29,7 +29,3 @@ def retnet_log_gammas(heads: int) -> list[float]:
     log1p(-2^(-5-h)) so that heads past ~48, where gamma_h rounds to 1.0, still decay."""
     return [math.log1p(-(2.0 ** (-5 - h))) for h in range(heads)]
 
-
-def retnet_horizons(heads: int) -> list[float]:
-    """Each head's horizon 1/(1 - gamma_h) = 2^(5+h) tokens, exactly."""
-    return [2.0 ** (5 + h) for h in range(heads)]
