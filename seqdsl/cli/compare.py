@@ -54,8 +54,14 @@ def _levels(text: str | None) -> list[float] | None:
 def run(args: argparse.Namespace) -> int:
     from seqdsl.eval.compare import FLAG_MARK, compare, markdown, to_json
     from seqdsl.eval.metrics import read_run
+    from seqdsl.eval.plot import plot_file
+    from seqdsl.run.layout import guard_output
 
     runs = [read_run(r) for r in args.runs]
+    folders = [Path(r) for r in args.runs]  # before any work: never onto a compared run's own files
+    plot_path = None if args.no_plot else guard_output(plot_file(args.plot), "--plot", folders, folder_made=True)
+    if args.out:
+        guard_output(args.out, "--out", folders)
     for r in runs:
         for note in r.notes:
             print(f"note: {note}", file=sys.stderr)
@@ -66,10 +72,10 @@ def run(args: argparse.Namespace) -> int:
     if flagged:
         print(f"warning: {len(flagged)} table value(s) are interpolated across early or sparse evaluations "
               f"(marked {FLAG_MARK}; the lines under the levels say which)", file=sys.stderr)
-    if not args.no_plot:
+    if plot_path is not None:
         from seqdsl.eval.plot import plot
 
-        print(f"\nplot: {plot(cmp, args.plot)}")
+        print(f"\nplot: {plot(cmp, plot_path)}")
     if args.out:
         try:
             Path(args.out).write_text(json.dumps(to_json(cmp), indent=2) + "\n", encoding="utf-8")

@@ -2,7 +2,8 @@
 
 Loads the checkpoint (seqdsl/run/rundir.py), rebuilds the run's held-out sets or those
 of other data (seqdsl/eval/sets.py), evaluates (seqdsl/run/loss.py) and prints a table. The
-records are appended to the run's metrics.jsonl, or written to --out as JSON instead.
+records are appended to the run's metrics.jsonl when they score the run's own held-out sets
+(what `seqdsl compare` reads), or written to --out as JSON instead.
 """
 
 from __future__ import annotations
@@ -62,26 +63,47 @@ class ProgressLines:
         print(f"evaluating {domain}: forward {done}/{total}{timing}", file=sys.stderr, flush=True)
 
 
-def _positive(value: int | None, flag: str) -> None:
-    if value is not None and value < 1:
-        raise SeqError(f"{flag} must be at least 1, got {value}")
+def _at_least(value: int | None, flag: str, least: int = 1) -> None:
+    if value is not None and value < least:
+        raise SeqError(f"{flag} must be at least {least}, got {value}")
+
+
+def other_text(args: argparse.Namespace, config: dict) -> str:
+    """Why the evaluated text is not the run's own held-out sets (its comparisons read only
+    those from metrics.jsonl: `seqdsl compare` takes a later record of a step and domain in place
+    of training's), or "" when it is."""
+    if not config:
+        return "the run has no config.json, so its held-out sets are unknown and the default data settings were read"
+    if args.data:
+        return "--data evaluates other files"
+    own = (config.get("data") or {}).get("eval_tokens")
+    if args.max_tokens is not None and args.max_tokens != own:
+        return f"--max-tokens {args.max_tokens} (the run's sets hold {own} tokens a domain)"
+    if args.domain_field:
+        return "--domain-field relabels the text"
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
     from seqdsl import jsonl
+    from seqdsl.run.layout import guard_output
     from seqdsl.run.rundir import build_model, read_checkpoint
     from seqdsl.eval.metrics import METRICS
     from seqdsl.run.records import evaluate_records
     from seqdsl.eval.sets import run_eval_sets
     from seqdsl.run.device import autocast_dtype, pick_device
 
-    for value, flag in ((args.seq_len, "--seq-len"), (args.batch_size, "--batch-size"),
-                        (args.max_tokens, "--max-tokens")):
-        _positive(value, flag)
+    for value, flag in ((args.seq_len, "--seq-len"), (args.batch_size, "--batch-size")):
+        _at_least(value, flag)
+    _at_least(args.max_tokens, "--max-tokens", 2)  # a domain's first token is never scored
     ckpt = read_checkpoint(args.checkpoint)
+    if args.out:  # before the evaluation, which can take minutes
+        guard_output(args.out, "--out", [ckpt.run] if ckpt.run is not None else [])
     device = pick_device(args.device)
     lm = build_model(ckpt, device)
-    domains = [d.strip() for d in args.domains.split(",") if d.strip()] if args.domains else None
+    domains = [d.strip() for d in args.domains.split(",") if d.strip()] if args.domains is not None else None
+    if domains == []:
+        raise SeqError(f"--domains {args.domains!r} names no domain", hint="e.g. --domains code,manual")
     sets = run_eval_sets(ckpt.config, data=args.data, domain_field=args.domain_field, domains=domains,
                          max_tokens=args.max_tokens)
     for s in sets.values():
@@ -105,6 +127,9 @@ def run(args: argparse.Namespace) -> int:
         except OSError as err:
             raise SeqFileError(f"cannot write {args.out}: {err.strerror or err}") from None
         print(f"records: {args.out}")
+    elif ckpt.run is not None and (other := other_text(args, ckpt.config)):
+        print(f"records not appended to {ckpt.run / METRICS}: {other}, not the run's own held-out sets, "
+              "which its comparisons read (pass --out FILE to keep them)")
     elif ckpt.run is not None:
         if jsonl.append(ckpt.run / METRICS, records):
             print(f"note: dropped the last line of {ckpt.run / METRICS}, a record cut short by a killed writer")

@@ -17,9 +17,7 @@ from pathlib import Path
 
 from seqdsl import jsonl
 from seqdsl.errors import SeqFileError
-
-METRICS = "metrics.jsonl"
-CONFIG = "config.json"
+from seqdsl.run.layout import CONFIG, METRICS
 
 TRAIN_FIELDS = ("step", "tokens", "loss")
 EVAL_FIELDS = ("step", "domain", "in_domain", "loss", "bpb", "seq_len")

@@ -29,6 +29,25 @@ def pyplot():
     return plt
 
 
+def plot_file(path: str | Path) -> Path:
+    """The file a plot named `path` is written to, checked before any work: with no suffix
+    matplotlib writes PNG and adds ".png", so the name says so; a suffix matplotlib cannot write
+    is one SeqError naming those it can."""
+    pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    out = Path(path)
+    if out.is_dir():
+        raise SeqError(f"--plot {out} is a directory", hint="name a file, e.g. compare.png")
+    if not out.suffix:
+        return out.with_name(out.name + ".png")
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if out.suffix[1:].lower() not in formats:
+        raise SeqError(f"cannot write a plot as {out.suffix} ({out})",
+                       hint="name a file ending in one of " + ", ".join(f".{f}" for f in sorted(formats)))
+    return out
+
+
 def plot(cmp: Comparison, path: str | Path) -> Path:
     pyplot()
     return save_figure(figure(cmp), path)

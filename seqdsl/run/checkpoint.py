@@ -163,7 +163,7 @@ def save(root: Path, step: int, model: torch.nn.Module, optimizer: torch.optim.O
 
 
 def _prune(root: Path, keep: int) -> None:
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    steps = step_dirs(root)
     newest = latest_name(root)
     for old in steps[:-keep]:
         if old.name != newest:
@@ -173,8 +173,13 @@ def _prune(root: Path, keep: int) -> None:
 def latest_name(root: Path) -> str | None:
     try:
         return (root / LATEST).read_text().strip() or None
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+
+
+def step_dirs(root: Path) -> list[Path]:
+    """The checkpoint directories under `root`, oldest first (intact or not)."""
+    return sorted(p for p in root.glob("step_*") if p.is_dir()) if root.is_dir() else []
 
 
 def load_latest(root: Path) -> Loaded:
@@ -183,8 +188,12 @@ def load_latest(root: Path) -> Loaded:
     CheckpointError when there is no checkpoint or none is intact."""
     name = latest_name(root)
     if name is None:
-        raise CheckpointError(f"no checkpoint to resume from in {root}",
-                              hint="run without --resume to start, or point --out at the run")
+        # `latest` lost (deleted, or a copy without it) while step directories remain: the newest intact one
+        fallback = intact_before(root, "") if root.is_dir() else None
+        if fallback is None:
+            raise CheckpointError(f"no checkpoint to resume from in {root}",
+                                  hint="run without --resume to start, or point --out at the run")
+        return dataclasses.replace(fallback, passed_over=f"{root / LATEST} is missing")
     try:
         return verify(root / name)
     except CheckpointError as damaged:

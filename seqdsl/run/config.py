@@ -61,7 +61,7 @@ class RunConfig(BaseModel):
     tokens: int = Field(2_000_000, gt=0)  # training tokens (steps = tokens // (batch * seq_len))
     batch: int = Field(16, gt=0)  # global batch, in sequences per optimizer step
     micro_batch: int | None = None  # sequences per forward per process (default: batch / processes)
-    seq_len: int | None = None  # default: the model's context
+    seq_len: int | None = Field(None, gt=0)  # default: the model's context
     lr: float = Field(3e-3, gt=0)
     min_lr_ratio: float = Field(0.1, ge=0, le=1)  # the cosine decays to lr * min_lr_ratio
     warmup: int = Field(20, ge=0)  # linear warmup steps

@@ -17,6 +17,11 @@ LAYOUT_KEYS = ("processes", "micro_batch", "accumulation", "parallel")
 
 def config_digest(resolved: dict) -> str:
     """What must match for `--resume` to continue the same run (exactly at the same layout)."""
+    return hashlib.sha256(json.dumps(digested(resolved), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def digested(resolved: dict) -> dict:
+    """The part of a resolved config that `config_digest` covers."""
     # keep_absolute acts through the spec it resolves to, which spec_digest covers: a run from
     # before the key existed resumes when its spec is unchanged
     # eval_recall adds measures to the records, not to what trains: a run from before it resumes
@@ -28,7 +33,7 @@ def config_digest(resolved: dict) -> str:
         keep["data"] = {k: v for k, v in keep["data"].items() if k != "token_cache"}
         if "tokenizer" in keep["data"]:
             keep["data"]["tokenizer"] = tokenizer_identity(keep["data"]["tokenizer"])
-    return hashlib.sha256(json.dumps(keep, sort_keys=True).encode()).hexdigest()[:16]
+    return keep
 
 
 def tokenizer_identity(name: str) -> str:

@@ -18,11 +18,7 @@ from pathlib import Path
 from seqdsl.errors import SeqError
 from seqdsl.run.checkpoint import LATEST, CheckpointError, intact_before, verify
 
-CHECKPOINTS = "checkpoints"
-WEIGHTS = "model.safetensors"
-STATE = "state.json"
-SPEC = "spec.seq"
-CONFIG = "config.json"
+from seqdsl.run.layout import CHECKPOINTS, CONFIG, SPEC, STATE, WEIGHTS  # noqa: F401  (the names this module reads)
 
 
 @dataclass(frozen=True)

@@ -29,11 +29,11 @@ from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
 from seqdsl.lower import verdicts
 from seqdsl.lower.lm import LanguageModel, path_lines
-from seqdsl.run import checkpoint
+from seqdsl.run import checkpoint, layout
 from seqdsl.run.config import RunConfig
 from seqdsl.run.data import RunData, import_readers, resolve_data
 from seqdsl.run.device import autocast_dtype, device_kind, pick_device
-from seqdsl.run.digest import config_digest
+from seqdsl.run.digest import config_digest, digested
 from seqdsl.run.records import evaluate_records
 from seqdsl.train import distributed
 from seqdsl.train.metrics import MetricsLog, Progress
@@ -58,13 +58,36 @@ def _batch_shape(config: RunConfig, world: int) -> tuple[int, int]:
 
 def _checkpoint_to_resume(ckpt_root: Path, out: Path, resume: bool) -> checkpoint.Loaded | None:
     """The verified checkpoint `--resume` continues from, or None for a fresh start, which
-    refuses a run directory that already holds checkpoints."""
+    refuses a run directory that holds checkpoints or evaluations (a fresh start rewrites
+    config.json, spec.seq and metrics.jsonl, and its checkpoints would replace the old ones). A
+    run stopped before its first checkpoint and evaluation starts again in place."""
+    if out.exists() and not out.is_dir():
+        raise SeqError(f"--out {out} is a file, not a run directory", hint="choose another --out")
     if resume:
         return checkpoint.load_latest(ckpt_root)
-    if checkpoint.latest_name(ckpt_root) is not None:
+    if checkpoint.latest_name(ckpt_root) is not None or checkpoint.step_dirs(ckpt_root):
         raise SeqError(f"{out} already holds a run with checkpoints",
                        hint="add --resume to continue it, or choose another --out")
+    if _holds_evaluations(out / layout.METRICS):
+        raise SeqError(f"{out} already holds a run's evaluations ({layout.METRICS}) and no checkpoint to resume from",
+                       hint="choose another --out, or remove the directory to start that run again")
     return None
+
+
+def _holds_evaluations(metrics: Path) -> bool:
+    """Whether a metrics.jsonl holds an evaluation record (what `seqdsl compare` reads)."""
+    try:
+        lines = metrics.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:  # a line cut short by a killed writer
+            continue
+        if isinstance(record, dict) and record.get("kind") == "eval":
+            return True
+    return False
 
 
 def _resume_line(loaded: checkpoint.Loaded, out: Path, steps: int) -> str:
@@ -303,12 +326,50 @@ def _step_count(config: RunConfig, seq_len: int) -> int:
 
 
 def _digest_to_match(resolved: dict, loaded: checkpoint.Loaded | None, out: Path) -> str:
-    """The resolved config's digest; a resumed run refuses a config that differs from its own."""
+    """The resolved config's digest; a resumed run refuses a config that differs from its own,
+    naming the settings that differ where the run's config.json is readable."""
     digest = config_digest(resolved)
     if loaded is not None and loaded.state.get("config_digest") != digest:
-        raise SeqError(f"--resume: the config differs from the one {out} was trained with",
+        differ = _differing_settings(_read_json(out / "config.json"), resolved)
+        which = f" ({', '.join(differ[:6])}{', ...' if len(differ) > 6 else ''})" if differ else ""
+        raise SeqError(f"--resume: the config differs from the one {out} was trained with{which}",
                        hint=f"compare with {out / 'config.json'}; resume with the same spec, config and --set")
     return digest
+
+
+def _differing_settings(before: object, resolved: dict) -> list[str]:
+    """The settings the digest covers that differ between the run's config.json `before` and
+    this one ([] where that file is unreadable or its tokenizer is gone)."""
+    if not isinstance(before, dict):
+        return []
+    try:
+        return _differences(digested(before), digested(json.loads(json.dumps(resolved))))
+    except SeqError:
+        return []
+
+
+def _read_json(path: Path) -> object:
+    """The JSON document at `path`, or None when it is missing or unreadable."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _differences(before: object, now: object, prefix: str = "") -> list[str]:
+    """The dotted keys whose values differ between two JSON documents (nested objects compared
+    key by key; [] for a document that is not an object)."""
+    if not isinstance(before, dict) or not isinstance(now, dict):
+        return []
+    keys = sorted(set(before) | set(now))
+    out: list[str] = []
+    for key in keys:
+        a, b = before.get(key), now.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += _differences(a, b, f"{prefix}{key}.")
+        elif a != b:
+            out.append(f"{prefix}{key}")
+    return out
 
 
 def _wrap(config: RunConfig, lm: LanguageModel, d: distributed.Dist, device: torch.device,
@@ -342,15 +403,22 @@ def _open_run_dir(out: Path, d: distributed.Dist, loaded: checkpoint.Loaded | No
                   model: ResolvedModel, start: int) -> MetricsLog:
     """The metrics log; process 0 writes config.json and spec.seq of a new run, or marks where a
     resumed run goes on (the records after its checkpoint are dropped: they are redone)."""
-    log = MetricsLog(out / "metrics.jsonl")
+    log = MetricsLog(out / layout.METRICS)
     if not d.main:
         return log
-    out.mkdir(parents=True, exist_ok=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise SeqError(f"cannot create the run directory {out} ({err.strerror or type(err).__name__})",
+                       hint="choose another --out") from None
     if loaded is None:
         (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
         (out / "spec.seq").write_text(model.text)
         log.path.unlink(missing_ok=True)
     else:
+        if not isinstance(_read_json(out / "config.json"), dict):
+            # the checkpoint's digest matched this config: config.json was damaged or removed since
+            (out / "config.json").write_text(json.dumps(resolved, indent=2) + "\n")
         log.truncate_after(start)
         damaged = f" ({loaded.passed_over})" if loaded.passed_over else ""
         log.write({"kind": "event", "step": start, "event": "resume", "detail": f"from {loaded.path.name}{damaged}"})

@@ -208,13 +208,27 @@ def test_cli_prints_table_writes_plot_and_json(two_runs, tmp_path, capsys):
     (["compare", "{tmp}/missing"], "no such run directory"),
     (["compare", "{a}", "--baseline", "zzz", "--no-plot"], "baseline 'zzz' is not one of the runs"),
     (["compare", "{a}", "--at", "x", "--no-plot"], "bad --at"),
+    (["compare", "{a}", "--plot", "{tmp}/cmp.txt"], "cannot write a plot as .txt"),
+    (["compare", "{a}", "--plot", "{tmp}"], "is a directory"),
+    (["compare", "{a}", "--no-plot", "--out", "{a}/metrics.jsonl"], "is part of the run"),
+    (["compare", "{a}", "--plot", "{a}/checkpoints/cmp.png"], "is part of the run"),
+    (["compare", "{a}", "--no-plot", "--out", "{tmp}/nowhere/cmp.json"], "does not exist"),
 ])
 def test_cli_user_errors_are_one_message_and_exit_2(two_runs, tmp_path, capsys, argv, message):
     a, _ = two_runs
     argv = [w.format(tmp=tmp_path, a=a) for w in argv]
+    before = {p: p.read_bytes() for p in a.rglob("*") if p.is_file()}
     assert main(argv) == 2
-    err = capsys.readouterr().err
-    assert message in err and "Traceback" not in err
+    captured = capsys.readouterr()
+    assert message in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""  # refused before any work
+    assert {p: p.read_bytes() for p in a.rglob("*") if p.is_file()} == before
+
+
+def test_a_plot_named_without_a_suffix_is_reported_where_it_is_written(two_runs, tmp_path, capsys):
+    assert main(["compare", *map(str, two_runs), "--plot", str(tmp_path / "cmp")]) == 0
+    assert f"plot: {tmp_path / 'cmp.png'}" in capsys.readouterr().out
+    assert (tmp_path / "cmp.png").read_bytes()[:4] == b"\x89PNG"
 
 
 # Run folders as `seqdsl train` writes them (seqdsl/train/run.py), with hand-chosen numbers.

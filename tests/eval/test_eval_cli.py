@@ -91,6 +91,18 @@ def test_cli_out_writes_json_and_leaves_the_run_alone(tmp_path, monkeypatch):
     assert (run / "metrics.jsonl").read_text() == before
 
 
+@pytest.mark.parametrize("target", ["metrics.jsonl", "config.json", f"checkpoints/step_{STEP:08d}/model.safetensors",
+                                    "nowhere/eval.json", "."])
+def test_an_out_onto_the_runs_own_files_or_nowhere_is_refused_before_evaluating(tmp_path, monkeypatch, capsys, target):
+    run, _ = write_run(tmp_path)
+    before = {p: p.read_bytes() for p in run.rglob("*") if p.is_file()}
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: pytest.fail("evaluated"))
+    assert main(["eval", str(run), "--out", str(run / target)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out") and "Traceback" not in err
+    assert {p: p.read_bytes() for p in run.rglob("*") if p.is_file()} == before
+
+
 def test_appending_drops_a_truncated_last_line_first(tmp_path, monkeypatch, capsys):
     """A training killed mid-write left half a record: `seqdsl eval` drops it, says so, and the
     run reads whole again, its new records after the old ones."""
@@ -262,3 +274,30 @@ def test_progress_lines_are_at_most_one_per_interval_and_the_last(capsys):
     assert shown == ["evaluating code: forward 1/5, 0 s, about 0 s left",
                      "evaluating code: forward 3/5, 11 s, about 7 s left",
                      "evaluating code: forward 5/5, 13 s, about 0 s left"]
+
+
+@pytest.mark.parametrize("flags, why", [
+    (["--max-tokens", "50"], "--max-tokens 50"),
+    (["--data", "{other}"], "--data evaluates other files"),
+])
+def test_records_of_other_text_are_printed_not_appended(tmp_path, monkeypatch, capsys, flags, why):
+    """`seqdsl compare` takes a later record of a step and domain in place of training's: an
+    evaluation on other text (another budget, other files) must not land in metrics.jsonl."""
+    run, _ = write_run(tmp_path, config={"seq_len": 16, "eval_batch": 2, "data": {"eval_tokens": 200}})
+    before = (run / "metrics.jsonl").read_text()
+    monkeypatch.setattr(seqdsl.eval.sets, "run_eval_sets", lambda config, **kw: small_sets())
+    assert main(["eval", str(run), *(f.format(other=tmp_path) for f in flags)]) == 0
+    out = capsys.readouterr().out
+    assert "prose" in out and "records not appended" in out and why in out
+    assert (run / "metrics.jsonl").read_text() == before
+    assert main(["eval", str(run), "--max-tokens", "200"]) == 0  # the run's own budget: appended
+    assert (run / "metrics.jsonl").read_text() != before
+
+
+def test_empty_domains_and_a_budget_of_one_token_are_one_message_each(tmp_path, capsys):
+    run, _ = write_run(tmp_path)
+    for flags, message in ((["--domains", ","], "--domains ',' names no domain"),
+                           (["--max-tokens", "1"], "--max-tokens must be at least 2")):
+        assert main(["eval", str(run), *flags]) == 2
+        err = capsys.readouterr().err
+        assert message in err and "Traceback" not in err

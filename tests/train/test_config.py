@@ -144,6 +144,7 @@ def test_several_mistakes_are_one_message_each_at_its_line(tmp_path):
 
 @pytest.mark.parametrize("text, line, column, message, hint", [
     ("tokens = 0\n", 1, 1, "`tokens` = 0: input should be greater than 0", None),
+    ("seq_len = -64\n", 1, 1, "`seq_len` = -64: input should be greater than 0", None),
     ("[data]\n  source = \"files\"\n", 2, 3, "data.source = files needs data.files", None),
     ("heldout = 0.1\n", 1, 1, "unknown config key `heldout`", "did you mean `data.heldout`?"),
     ("[data]\nlr = 0.1\n", 2, 1, "unknown config key `data.lr`", "did you mean `lr`?"),

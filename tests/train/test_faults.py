@@ -151,3 +151,66 @@ def test_out_of_memory_is_one_message_naming_the_shape_and_keeps_the_checkpoints
     assert (run / "checkpoints" / "latest").read_text() == "step_00000004"
     monkeypatch.setattr(step_module.CausalLoss, "forward", real)
     assert main(args + ["--resume"]) == 0
+
+
+def _snapshot(run) -> dict:
+    return {str(p.relative_to(run)): p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+
+
+def test_a_fresh_start_refuses_a_folder_that_holds_any_part_of_a_run(tmp_path, capsys):
+    """Without --resume, a folder with checkpoints but no `latest`, or with a run's evaluations and
+    no checkpoint at all (checkpoints deleted to save disk), is refused and left byte for byte. (A
+    run stopped before its first checkpoint and evaluation starts again in place:
+    tests/train/test_run_lines.py.)"""
+    args, _ = _trained(tmp_path)
+    run = tmp_path / "run"
+    (run / "checkpoints" / "latest").unlink()
+    before = _snapshot(run)
+    capsys.readouterr()
+    assert main(args) == 2
+    assert "already holds a run with checkpoints" in _one_message(capsys)
+    assert _snapshot(run) == before
+    for path in (run / "checkpoints").iterdir():
+        for f in path.iterdir():
+            f.unlink()
+        path.rmdir()
+    (run / "checkpoints").rmdir()
+    before = _snapshot(run)
+    assert main(args) == 2
+    err = _one_message(capsys)
+    assert "already holds a run's evaluations (metrics.jsonl) and no checkpoint to resume from" in err
+    assert _snapshot(run) == before
+
+
+def test_resume_without_latest_takes_the_newest_intact_checkpoint(tmp_path, capsys):
+    args, latest = _trained(tmp_path)
+    ckpt = tmp_path / "run" / "checkpoints"
+    (ckpt / "latest").unlink()
+    capsys.readouterr()
+    assert main(args + ["--resume"]) == 0
+    err = capsys.readouterr().err
+    assert "latest is missing" in err and latest in err  # resumed from the newest step, and says so
+    assert (ckpt / latest / "state.json").is_file()
+
+
+def test_resume_names_the_settings_that_differ_and_repairs_a_damaged_config_json(tmp_path, capsys):
+    args, _ = _trained(tmp_path)
+    run = tmp_path / "run"
+    capsys.readouterr()
+    assert main(args + ["--resume", "--lr", "0.5"]) == 2
+    assert "the config differs from the one" in (err := _one_message(capsys)) and "(lr)" in err
+    good = (run / "config.json").read_text()
+    (run / "config.json").write_text("{bad")
+    assert main(args + ["--resume"]) == 0
+    assert json.loads((run / "config.json").read_text()) == json.loads(good)
+
+
+@pytest.mark.parametrize("where", ["a_file", "under_a_file"])
+def test_an_out_that_cannot_be_a_run_directory_is_one_message(tmp_path, capsys, where):
+    blocker = tmp_path / "notes.txt"
+    blocker.write_text("keep me")
+    out = blocker if where == "a_file" else blocker / "run"
+    assert main(micro_run_args(tmp_path, steps=2) + ["--out", str(out)]) == 2
+    err = _one_message(capsys)
+    assert str(out) in err and ("is a file" in err or "cannot create the run directory" in err)
+    assert blocker.read_text() == "keep me"
