@@ -100,9 +100,10 @@ def expand_files(patterns: list[str]) -> list[Path]:
         else:
             found = _glob_files(pattern)
         if not found:
-            raise SeqFileError(f"data file not found: {pattern}",
-                               hint="give files, globs or folders of .jsonl, .jsonl.zst or .parquet shards "
-                                    "(validation and test files are left out)")
+            what = (f"folder {pattern} holds no data shards" if path.is_dir()
+                    else f"data file not found: {pattern}")
+            raise SeqFileError(what, hint="give files, globs or folders of .jsonl, .jsonl.zst or .parquet shards "
+                                          "(validation and test files are left out)")
         for p in found:
             if _format(p) is None:
                 raise SeqFileError(f"unsupported data file {p}", hint=f"supported: {', '.join(SUFFIXES)}")
@@ -173,6 +174,8 @@ def _records(path: Path) -> Iterator[dict]:
     """The records of one file, streamed; any failure to read it is one SeqFileError, and a
     `.zst` file cut short says so (also when the cut fell between two records, which reads as
     fewer records without an error)."""
+    if path.stat().st_size == 0:  # no records (datasets' reader stops with a bare StopIteration on it)
+        return
     datasets = _quiet_datasets()
     try:
         stream = datasets.load_dataset(_format(path), data_files=[str(path)], split="train", streaming=True)

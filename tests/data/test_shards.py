@@ -47,6 +47,10 @@ def test_domain_from_a_meta_field_across_jsonl_zst_and_parquet(tmp_path):
 def test_missing_and_corrupt_files_are_one_error_naming_the_file(tmp_path):
     with pytest.raises(SeqFileError, match="data file not found"):
         ShardSource([str(tmp_path / "none" / "*.jsonl")])
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("not a shard")
+    with pytest.raises(SeqFileError, match="folder .*empty holds no data shards"):  # it exists: not "not found"
+        ShardSource([str(tmp_path / "empty")])
     bad = tmp_path / "web" / "bad.jsonl"
     bad.parent.mkdir()
     bad.write_text('{"text": "fine"}\n{"text": broken\n')
@@ -150,3 +154,9 @@ def test_the_zst_truncation_check_is_exact_at_every_cut(tmp_path):
         if zstd_truncated(path) == (cut in frame_ends):
             wrong.append(cut)
     assert wrong == []
+
+
+def test_an_empty_shard_holds_no_documents(tmp_path):
+    write_jsonl(tmp_path / "web" / "a.jsonl", [{"text": "one"}])
+    (tmp_path / "web" / "b.jsonl").write_text("")
+    assert [d.text for d in ShardSource([str(tmp_path)]).documents(["web"])] == ["one"]
