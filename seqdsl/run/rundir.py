@@ -17,8 +17,7 @@ from pathlib import Path
 
 from seqdsl.errors import SeqError
 from seqdsl.run.checkpoint import LATEST, CheckpointError, intact_before, verify
-
-from seqdsl.run.layout import CHECKPOINTS, CONFIG, SPEC, STATE, WEIGHTS  # noqa: F401  (the names this module reads)
+from seqdsl.run.layout import CHECKPOINTS, CONFIG, SPEC, STATE, WEIGHTS
 
 
 @dataclass(frozen=True)
