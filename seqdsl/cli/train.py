@@ -68,8 +68,13 @@ def run(args: argparse.Namespace) -> int:
 def interrupted_line(out: Path, argv: list[str]) -> str:
     """The one line a Ctrl-C leaves: the last checkpoint and the command that continues from it."""
     from seqdsl.run.checkpoint import latest_name
+    from seqdsl.run.layout import METRICS
+    from seqdsl.train.run import holds_evaluations
 
     name = latest_name(out / "checkpoints")
+    if name is None and holds_evaluations(out / METRICS):  # a fresh start there is refused: it would overwrite them
+        return (f"interrupted before the first checkpoint of {out}; nothing to resume, and its evaluations are in "
+                f"{out / METRICS}: start again in another --out, or remove {out} first")
     if name is None:
         return (f"interrupted before the first checkpoint of {out}; nothing to resume, start again with: "
                 f"{continue_command(argv, out, resume=False)}")

@@ -68,13 +68,13 @@ def _checkpoint_to_resume(ckpt_root: Path, out: Path, resume: bool) -> checkpoin
     if checkpoint.latest_name(ckpt_root) is not None or checkpoint.step_dirs(ckpt_root):
         raise SeqError(f"{out} already holds a run with checkpoints",
                        hint="add --resume to continue it, or choose another --out")
-    if _holds_evaluations(out / layout.METRICS):
+    if holds_evaluations(out / layout.METRICS):
         raise SeqError(f"{out} already holds a run's evaluations ({layout.METRICS}) and no checkpoint to resume from",
                        hint="choose another --out, or remove the directory to start that run again")
     return None
 
 
-def _holds_evaluations(metrics: Path) -> bool:
+def holds_evaluations(metrics: Path) -> bool:
     """Whether a metrics.jsonl holds an evaluation record (what `seqdsl compare` reads)."""
     try:
         lines = metrics.read_text(encoding="utf-8", errors="replace").splitlines()

@@ -411,7 +411,7 @@ MUTANTS = (
            'seqdsl/lower/backends/autotune_seed.py', 'return here != src.read_bytes() and any(',
            'return here != src.read_bytes() or any(', tests=('tests/lower/test_autotune_seed.py',)),
     Mutant('fresh_train_overwrites_evaluations', "a fresh start writes over a folder holding a run's evaluations",
-           'seqdsl/train/run.py', 'if _holds_evaluations(out / layout.METRICS):', 'if False:',
+           'seqdsl/train/run.py', 'if holds_evaluations(out / layout.METRICS):', 'if False:',
            tests=('tests/train/test_faults.py',)),
     Mutant('eval_out_onto_the_run', "`seqdsl eval --out` may name the run's own metrics.jsonl",
            'seqdsl/run/layout.py', 'if target in {root / name for name in RECORDS}', 'if target in set()',

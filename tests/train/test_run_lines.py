@@ -267,3 +267,18 @@ def test_the_tf32_setting_holds_for_the_run_and_is_put_back(tmp_path, monkeypatc
     assert main(args) == 0
     assert seen == [tf32]
     assert torch.backends.cuda.matmul.allow_tf32 == before
+
+
+def test_ctrl_c_before_the_first_checkpoint_but_after_an_evaluation_does_not_offer_a_refused_command(tmp_path):
+    """A fresh start refuses a folder holding a run's evaluations (tests/train/test_faults.py), so
+    the line must not offer one there."""
+    from seqdsl.cli.train import interrupted_line
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "tokens": 64, "loss": 5.0}) + "\n")
+    assert "start again with: seqdsl train" in interrupted_line(run, ["train", "x.seq"])
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"kind": "eval", "step": 2, "domain": "code", "loss": 4.0}) + "\n")
+    line = interrupted_line(run, ["train", "x.seq"])
+    assert "start again in another --out" in line and "seqdsl train" not in line
