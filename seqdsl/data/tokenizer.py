@@ -8,6 +8,7 @@ for bytes. For bits per byte, that token stands for one byte.
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
 
 from seqdsl.errors import SeqError, SeqFileError
@@ -37,6 +38,18 @@ class ByteTokenizer:
         return BYTES
 
 
+def _why_not_a_tokenizer(path: Path, err: Exception) -> str:
+    """What is wrong with a file `tokenizers` refused: valid JSON of another shape reads as a JSON
+    syntax error in its message, so that case is named."""
+    try:
+        document = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return str(err).splitlines()[0] if str(err) else type(err).__name__
+    if not isinstance(document, dict) or "model" not in document:
+        return "valid JSON, but not a tokenizer.json (no `model` at its top level)"
+    return str(err).splitlines()[0] if str(err) else type(err).__name__
+
+
 class FileTokenizer:
     """A `tokenizer.json` read by the `tokenizers` library."""
 
@@ -51,7 +64,7 @@ class FileTokenizer:
         try:
             self._tok = Tokenizer.from_file(path)
         except Exception as err:  # tokenizers raises a bare Exception on a malformed file
-            raise SeqFileError(f"cannot read tokenizer {path}: {str(err).splitlines()[0]}") from None
+            raise SeqFileError(f"cannot read tokenizer {path}: {_why_not_a_tokenizer(Path(path), err)}") from None
         self.name = path
         self._digest = hashlib.sha256(Path(path).read_bytes()).hexdigest()
         self.vocab_size = max(self._tok.get_vocab(with_added_tokens=True).values()) + 1  # ids run 0 .. max

@@ -273,6 +273,10 @@ def compare(runs: list[RunMetrics], *, levels: list[float] | None = None, baseli
     if base not in names:
         raise SeqError(f"baseline {base!r} is not one of the runs", hint=f"runs: {', '.join(names)}")
     partial = _without_split(runs, metric)
+    lengths = sorted({p.seq_len for r in runs for p in r.evals})
+    if seq_len is not None and lengths and seq_len not in lengths:
+        raise SeqError(f"no run has an evaluation at --seq-len {seq_len}",
+                       hint=f"the runs were evaluated at {', '.join(map(str, lengths))}")
     curves = [curve(r, metric=metric, window=window, seq_len=seq_len) for r in runs]
     if levels:
         chosen, how, note = tuple(sorted(levels, reverse=True)), "as given", None

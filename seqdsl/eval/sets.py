@@ -10,10 +10,12 @@ the token budget (`--max-tokens`).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import ValidationError
 
 from seqdsl.data.evalset import EvalSet
-from seqdsl.errors import SeqError
+from seqdsl.errors import SeqError, SeqFileError
 
 
 def _pipeline():
@@ -59,5 +61,10 @@ def run_eval_sets(config: dict, *, data: list[str] | None = None, domain_field: 
             raise SeqError(f"the domains of records labelled by `{data_config.domain_field}` are only known "
                            "after reading every file", hint="list them: --domains a,b")
         only = [config_module.ALL]
+    name = data_config.tokenizer
+    if name != tokenizer.BYTES and not Path(name).is_absolute() and not Path(name).is_file():
+        raise SeqFileError(f"tokenizer file not found: {name} (the run's config.json names it relative to the "
+                           "directory training was started in)",
+                           hint="run `seqdsl eval` from that directory")
     resolved = run_data.resolve_data(data_config, only=only)
-    return resolved.heldout_sets(tokenizer.load_tokenizer(data_config.tokenizer))
+    return resolved.heldout_sets(tokenizer.load_tokenizer(name))

@@ -44,6 +44,9 @@ def test_tokenizer_errors_are_one_message(tmp_path):
     (tmp_path / "bad.json").write_text("{not a tokenizer")
     with pytest.raises(SeqFileError, match="cannot read tokenizer"):
         load_tokenizer(str(tmp_path / "bad.json"))
+    (tmp_path / "other.json").write_text('{"hello": 1}')  # JSON, but not a tokenizer
+    with pytest.raises(SeqFileError, match="valid JSON, but not a tokenizer.json"):
+        load_tokenizer(str(tmp_path / "other.json"))
     with pytest.raises(SeqError, match="no end-of-document token"):
         load_tokenizer(_word_level(tmp_path / "noeos.json", with_eos=False))
 

@@ -213,6 +213,7 @@ def test_cli_prints_table_writes_plot_and_json(two_runs, tmp_path, capsys):
     (["compare", "{a}", "--no-plot", "--out", "{a}/metrics.jsonl"], "is part of the run"),
     (["compare", "{a}", "--plot", "{a}/checkpoints/cmp.png"], "is part of the run"),
     (["compare", "{a}", "--no-plot", "--out", "{tmp}/nowhere/cmp.json"], "does not exist"),
+    (["compare", "{a}", "--no-plot", "--seq-len", "999"], "no run has an evaluation at --seq-len 999"),
 ])
 def test_cli_user_errors_are_one_message_and_exit_2(two_runs, tmp_path, capsys, argv, message):
     a, _ = two_runs

@@ -301,3 +301,12 @@ def test_empty_domains_and_a_budget_of_one_token_are_one_message_each(tmp_path, 
         assert main(["eval", str(run), *flags]) == 2
         err = capsys.readouterr().err
         assert message in err and "Traceback" not in err
+
+
+def test_a_relative_tokenizer_path_of_the_run_says_where_it_is_relative_to(tmp_path, capsys, monkeypatch):
+    run, _ = write_run(tmp_path, config={"seq_len": 16, "data": {"tokenizer": "tok/tokenizer.json"}})
+    monkeypatch.chdir(tmp_path)
+    assert main(["eval", str(run)]) == 2
+    err = capsys.readouterr().err
+    assert "tokenizer file not found: tok/tokenizer.json (the run's config.json names it relative" in err
+    assert "Traceback" not in err
