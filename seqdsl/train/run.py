@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from seqdsl import jsonl
 from seqdsl.data.packing import Cursor
 from seqdsl.data.tokenizer import load_tokenizer
 from seqdsl.errors import SeqError
@@ -75,19 +76,12 @@ def _checkpoint_to_resume(ckpt_root: Path, out: Path, resume: bool) -> checkpoin
 
 
 def holds_evaluations(metrics: Path) -> bool:
-    """Whether a metrics.jsonl holds an evaluation record (what `seqdsl compare` reads)."""
-    try:
-        lines = metrics.read_text(encoding="utf-8", errors="replace").splitlines()
-    except OSError:
+    """Whether a metrics.jsonl holds an evaluation record (what `seqdsl compare` reads); a file
+    with a broken line before its last is one SeqFileError (jsonl.read), never taken for empty."""
+    if not metrics.is_file():
         return False
-    for line in lines:
-        try:
-            record = json.loads(line)
-        except ValueError:  # a line cut short by a killed writer
-            continue
-        if isinstance(record, dict) and record.get("kind") == "eval":
-            return True
-    return False
+    records, _ = jsonl.read(metrics)
+    return any(record.get("kind") == "eval" for _, record in records)
 
 
 def _resume_line(loaded: checkpoint.Loaded, out: Path, steps: int) -> str:
